@@ -1,0 +1,5 @@
+import sys
+
+from rltool.cli import main
+
+sys.exit(main())

@@ -1,0 +1,101 @@
+"""``rltool``: a small dispatcher over subcommands, each a Hydra app.
+
+Hydra has no subcommands: we pop the subcommand and call its ``@hydra.main`` function. The
+dispatcher owns error printing: any failure in composing or validating the config prints one
+line and exits with status 2; ``--debug`` (or ``HYDRA_FULL_ERROR=1``) shows the full traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from rltool.config import register_configs, to_config
+from rltool.errors import one_line
+
+
+def conf_dir() -> str:
+    """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if packaged.is_dir() else here.parent / "conf")
+
+
+register_configs()
+
+
+@hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")
+def train_app(dcfg: DictConfig) -> float | None:
+    from rltool.train import train  # torch and friends load only once the config is valid
+
+    cfg = to_config(dcfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    summary = train(cfg, run_dir)
+    return summary.get("eval/return_mean")
+
+
+COMMANDS = {"train": (train_app, "train an agent (Hydra overrides: env=..., policy=..., ...)")}
+
+USAGE = (
+    "usage: rltool <command> [overrides ...] [--debug]\n\ncommands:\n"
+    + "".join(f"  {name:<8} {help_}\n" for name, (_, help_) in COMMANDS.items())
+    + "\nrltool <command> --help shows a command's config groups and options."
+)
+
+
+class _QuietStderr:
+    """stderr without Hydra's "Error executing job with overrides" preamble: we print our own
+    line."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith("Error executing job with overrides"):
+            return len(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(
+            f"rltool: error: unknown command {name!r}: choose one of "
+            f"{', '.join(COMMANDS)} (rltool --help)",
+            file=sys.stderr,
+        )
+        return 2
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
+    sys.argv = [f"rltool-{name}", *rest]
+    stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
+    try:
+        COMMANDS[name][0]()
+    except KeyboardInterrupt:
+        print(f"rltool {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line unless --debug
+        if debug:
+            raise
+        print(f"rltool {name}: error: {one_line(e)}", file=stderr)
+        return 2
+    finally:
+        sys.stderr = stderr
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

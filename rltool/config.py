@@ -1,0 +1,234 @@
+"""Typed configs: one dataclass per group, stored in Hydra's ConfigStore.
+
+YAML options live in ``conf/<group>/<name>.yaml`` and start from these schemas, so a typo or a wrong
+type fails at composition. Value ranges are checked in ``__post_init__`` when :func:`to_config`
+turns the composed DictConfig into these objects, before anything is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from rltool.errors import ConfigError
+
+
+def _check(ok: bool, key: str, value: Any, want: str) -> None:
+    if not ok:
+        raise ConfigError(f"{key}={value!r} is invalid: {want}")
+
+
+def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
+    _check(value in options, key, value, f"choose one of {', '.join(options)}")
+
+
+@dataclass
+class EnvConfig:
+    id: str = "CartPole-v1"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    num_envs: int = 8
+    backend: str = "sync"  # sync | async
+    # indices of the flat observation that the agent sees; null = all (a POMDP mask otherwise)
+    obs_keep: list[int] | None = None
+    max_episode_steps: int | None = None
+    normalize_obs: bool = False
+    normalize_reward: bool = False
+    clip_obs: float = 10.0
+
+    def __post_init__(self):
+        _check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
+        _choice("env.backend", self.backend, ("sync", "async"))
+        _check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
+        if self.max_episode_steps is not None:
+            _check(
+                self.max_episode_steps >= 1,
+                "env.max_episode_steps",
+                self.max_episode_steps,
+                "must be >= 1 or null",
+            )
+
+
+@dataclass
+class PolicyConfig:
+    kind: str = "mlp"  # mlp | lstm | gru
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # MLP torso / heads
+    encoder_sizes: list[int] = field(default_factory=list)  # MLP before the RNN
+    hidden_size: int = 64  # RNN width
+    num_layers: int = 1  # RNN layers
+    shared_torso: bool = False  # critic shares the actor's torso (and RNN)
+    inputs: list[str] = field(default_factory=lambda: ["observation"])
+    recurrent_mode: str = "auto"  # auto | sequential
+    activation: str = "tanh"  # tanh | relu
+    init_log_std: float = 0.0
+
+    def __post_init__(self):
+        _choice("policy.kind", self.kind, ("mlp", "lstm", "gru"))
+        for n in [*self.hidden_sizes, *self.encoder_sizes]:
+            _check(n >= 1, "policy.hidden_sizes", n, "layer sizes must be >= 1")
+        _check(self.hidden_size >= 1, "policy.hidden_size", self.hidden_size, "must be >= 1")
+        _check(self.num_layers >= 1, "policy.num_layers", self.num_layers, "must be >= 1")
+        _choice("policy.recurrent_mode", self.recurrent_mode, ("auto", "sequential"))
+        _choice("policy.activation", self.activation, ("tanh", "relu"))
+        for name in self.inputs:
+            _choice("policy.inputs", name, ("observation", "prev_action", "prev_reward"))
+        _check(
+            "observation" in self.inputs, "policy.inputs", self.inputs, "must include observation"
+        )
+        if self.kind == "mlp":
+            _check(
+                list(self.inputs) == ["observation"],
+                "policy.inputs",
+                self.inputs,
+                "prev_action / prev_reward need a recurrent policy (policy=lstm or gru)",
+            )
+
+
+@dataclass
+class PPOConfig:
+    name: str = "ppo"
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_epsilon: float = 0.2
+    anneal_clip: bool = False  # clip epsilon decays linearly to 0 over total_frames
+    clip_value: float | None = None  # value clipping range; null = off
+    normalize_advantage: bool = True
+    entropy_coef: float = 0.0
+    value_coef: float = 0.5
+    reduction: str = "mean"
+    epochs: int = 10
+    num_minibatches: int = 4
+    sampler: str = "auto"  # auto | steps | sequences
+
+    def __post_init__(self):
+        _check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
+        _check(0 <= self.gae_lambda <= 1, "loss.gae_lambda", self.gae_lambda, "must be in [0, 1]")
+        _check(self.clip_epsilon > 0, "loss.clip_epsilon", self.clip_epsilon, "must be > 0")
+        if self.clip_value is not None:
+            _check(self.clip_value > 0, "loss.clip_value", self.clip_value, "must be > 0 or null")
+        _check(self.entropy_coef >= 0, "loss.entropy_coef", self.entropy_coef, "must be >= 0")
+        _check(self.value_coef >= 0, "loss.value_coef", self.value_coef, "must be >= 0")
+        _choice("loss.reduction", self.reduction, ("mean", "sum", "none"))
+        _check(self.epochs >= 1, "loss.epochs", self.epochs, "must be >= 1")
+        _check(
+            self.num_minibatches >= 1, "loss.num_minibatches", self.num_minibatches, "must be >= 1"
+        )
+        _choice("loss.sampler", self.sampler, ("auto", "steps", "sequences"))
+
+
+@dataclass
+class CollectorConfig:
+    frames_per_batch: int = 2048  # frames per rollout, all envs together (T = this / num_envs)
+    device: str | None = None  # env and policy together
+    env_device: str | None = None
+    policy_device: str | None = None
+    storing_device: str | None = None
+
+    def __post_init__(self):
+        _check(
+            self.frames_per_batch >= 1,
+            "collector.frames_per_batch",
+            self.frames_per_batch,
+            "must be >= 1",
+        )
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 3e-4
+    eps: float = 1e-5
+    anneal_lr: bool = False  # linear decay to 0 over total_frames
+    max_grad_norm: float | None = 0.5
+
+    def __post_init__(self):
+        _check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
+        _check(self.eps > 0, "optim.eps", self.eps, "must be > 0")
+        if self.max_grad_norm is not None:
+            _check(
+                self.max_grad_norm > 0,
+                "optim.max_grad_norm",
+                self.max_grad_norm,
+                "must be > 0 or null",
+            )
+
+
+@dataclass
+class CSVLoggerConfig:
+    filename: str = "metrics.csv"  # always written, in the run directory
+
+
+@dataclass
+class LoggerConfig:
+    csv: CSVLoggerConfig = field(default_factory=CSVLoggerConfig)
+    progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | lines | none
+    every_s: float = 5.0  # plain progress lines at most this often
+
+    def __post_init__(self):
+        _choice("logger.progress", self.progress, ("auto", "lines", "none"))
+        _check(self.every_s >= 0, "logger.every_s", self.every_s, "must be >= 0")
+
+
+@dataclass
+class EvalConfig:
+    every_frames: int = 10_000
+    episodes: int = 10
+    seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
+
+    def __post_init__(self):
+        _check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
+        _check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")
+
+
+@dataclass
+class Config:
+    env: EnvConfig = MISSING
+    policy: PolicyConfig = MISSING
+    loss: Any = MISSING  # PPOConfig (later: DQNConfig), chosen by the loss group
+    collector: CollectorConfig = MISSING
+    optim: OptimConfig = MISSING
+    logger: LoggerConfig = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 0
+    total_frames: int = 100_000
+    num_threads: int = 1
+
+    def __post_init__(self):
+        _check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")
+        _check(self.num_threads >= 1, "num_threads", self.num_threads, "must be >= 1")
+        _check(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        fpb, n = self.collector.frames_per_batch, self.env.num_envs
+        _check(
+            fpb % n == 0,
+            "collector.frames_per_batch",
+            fpb,
+            f"must be a multiple of env.num_envs={n}",
+        )
+
+
+SCHEMAS = {
+    "env": EnvConfig,
+    "policy": PolicyConfig,
+    "loss": PPOConfig,
+    "collector": CollectorConfig,
+    "optim": OptimConfig,
+    "logger": LoggerConfig,
+}
+LOSS_SCHEMAS = {"ppo": PPOConfig}
+
+
+def register_configs() -> None:
+    """Store the schemas: ``base_<group>`` for each group (``base_<loss>`` for losses)."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, schema in SCHEMAS.items():
+        if group != "loss":
+            cs.store(group=group, name=f"base_{group}", node=schema)
+    for name, schema in LOSS_SCHEMAS.items():
+        cs.store(group="loss", name=f"base_{name}", node=schema)
+
+
+def to_config(cfg: DictConfig) -> Config:
+    """The composed config as typed objects; raises ConfigError on an impossible value."""
+    return OmegaConf.to_object(cfg)

@@ -1,0 +1,205 @@
+"""A gymnasium vector env seen as a TensorDict env with batch size [num_envs].
+
+Gymnasium runs in SAME_STEP autoreset mode: a step that ends an episode returns the reset observation
+at once and the final one in ``info["final_obs"]``. We split them: ``("next", "observation")`` is the
+true final observation (what bootstrapping on truncation needs) and the root observation of the
+following step is the reset one, flagged ``is_init``. No transition crosses an episode boundary.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rltool import keys as K
+from rltool.envs.normalize import ObsNormalizer, RewardScaler
+from rltool.errors import ConfigError
+from rltool.specs import EnvSpecs, Spec
+
+
+class StepResult(NamedTuple):
+    """One vector step, every tensor with leading dim [B]."""
+
+    observation: torch.Tensor  # root observation of the next step: the reset one where done
+    next_observation: torch.Tensor  # the observation the step led to: the final one where done
+    reward: torch.Tensor  # [B, 1] (scaled when reward scaling is on)
+    terminated: torch.Tensor  # [B, 1] bool
+    truncated: torch.Tensor  # [B, 1] bool
+    done: torch.Tensor  # [B, 1] bool
+    episode_return: torch.Tensor  # [B, 1] raw return of the episode that ended (valid where done)
+    episode_length: torch.Tensor  # [B, 1] int64 (valid where done)
+
+
+def observation_spec(space: gym.Space, keep: list[int] | None) -> tuple[Spec, callable]:
+    """The observation spec and a numpy -> float tensor [B, *shape] converter for ``space``."""
+    if isinstance(space, gym.spaces.Box):
+        shape, convert = space.shape, lambda o: torch.from_numpy(np.asarray(o, dtype=np.float32))
+    elif isinstance(space, gym.spaces.Discrete):
+        n = int(space.n)
+        shape = (n,)
+        convert = lambda o: torch.nn.functional.one_hot(
+            torch.as_tensor(np.asarray(o) - space.start, dtype=torch.int64), n
+        ).float()
+    elif isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        sizes = [int(n) for n in space.nvec]
+        shape = (sum(sizes),)
+        convert = lambda o: torch.cat(
+            [
+                torch.nn.functional.one_hot(
+                    torch.as_tensor(np.asarray(o)[:, i] - space.start[i], dtype=torch.int64), n
+                ).float()
+                for i, n in enumerate(sizes)
+            ],
+            -1,
+        )
+    else:
+        raise ConfigError(
+            f"unsupported observation space {space}: rltool handles Box, Discrete and "
+            "1-D MultiDiscrete observations; wrap the env to flatten it"
+        )
+    if keep is None:
+        return Spec(tuple(shape)), convert
+    if len(shape) != 1 or not all(0 <= i < shape[0] for i in keep) or not keep:
+        raise ConfigError(
+            f"env.obs_keep={list(keep)} does not fit the observation shape "
+            f"{tuple(shape)}: give indices of a flat observation"
+        )
+    idx = torch.tensor(list(keep))
+    return Spec((len(keep),)), lambda o: convert(o).index_select(-1, idx)
+
+
+def action_spec(space: gym.Space) -> Spec:
+    if isinstance(space, gym.spaces.Discrete):
+        return Spec((), torch.int64, n=int(space.n), low=(float(space.start),))
+    if isinstance(space, gym.spaces.Box):
+        return Spec(
+            tuple(space.shape),
+            torch.float32,
+            low=tuple(space.low.reshape(-1).tolist()),
+            high=tuple(space.high.reshape(-1).tolist()),
+        )
+    raise ConfigError(f"unsupported action space {space}: rltool handles Discrete and Box actions")
+
+
+class VectorEnv:
+    """TensorDict env over a gymnasium vector env (which must use SAME_STEP autoreset)."""
+
+    def __init__(
+        self,
+        vec_env: gym.vector.VectorEnv,
+        obs_keep: list[int] | None = None,
+        obs_norm: ObsNormalizer | None = None,
+        reward_scaler: RewardScaler | None = None,
+        device: torch.device | str = "cpu",
+    ):
+        self.vec_env, self.num_envs = vec_env, vec_env.num_envs
+        obs, self._convert = observation_spec(vec_env.single_observation_space, obs_keep)
+        self.specs = EnvSpecs(observation=obs, action=action_spec(vec_env.single_action_space))
+        self.obs_norm, self.reward_scaler = obs_norm, reward_scaler
+        self.device = torch.device(device)
+        self.training = True
+        self._discrete = self.specs.action.discrete
+        if not self._discrete:
+            self._low = np.asarray(vec_env.single_action_space.low, dtype=np.float32)
+            self._high = np.asarray(vec_env.single_action_space.high, dtype=np.float32)
+        self._ep_return = np.zeros(self.num_envs)
+        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+
+    @property
+    def batch_size(self) -> torch.Size:
+        return torch.Size([self.num_envs])
+
+    def set_training(self, training: bool) -> None:
+        """Training updates the normalisation statistics; eval freezes them."""
+        self.training = training
+
+    def _obs(self, raw, update: bool = True) -> torch.Tensor:
+        obs = self._convert(raw)
+        return self.obs_norm(obs, update and self.training) if self.obs_norm is not None else obs
+
+    def _to(self, *tensors: torch.Tensor):
+        if self.device.type == "cpu":
+            return tensors
+        return tuple(t.to(self.device, non_blocking=True) for t in tensors)
+
+    # ---- tensor-level API (the collector's hot path) ----
+    def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
+        raw, _ = self.vec_env.reset(seed=seed)
+        self._ep_return[:] = 0.0
+        self._ep_length[:] = 0
+        if self.reward_scaler is not None:
+            self.reward_scaler.ret.zero_()
+        return self._to(self._obs(raw))[0]
+
+    def step_tensors(self, action: torch.Tensor) -> StepResult:
+        act = action.detach().cpu().numpy()
+        if self._discrete:
+            act = act + int(self.specs.action.low[0]) if self.specs.action.low[0] else act
+        else:  # the policy's Gaussian sample is unbounded; the env gets it clipped to its bounds
+            act = np.clip(act, self._low, self._high)
+        raw, reward, term, trunc, info = self.vec_env.step(act)
+        done = term | trunc
+        self._ep_return += reward
+        self._ep_length += 1
+        ep_ret = torch.from_numpy(self._ep_return.astype(np.float32)).unsqueeze(-1)
+        ep_len = torch.from_numpy(self._ep_length.copy()).unsqueeze(-1)
+        obs = self._obs(raw)
+        next_obs = obs
+        if done.any():
+            self._ep_return[done], self._ep_length[done] = 0.0, 0
+            mask = info["_final_obs"]
+            final = self._obs(np.stack(info["final_obs"][mask]), update=False)
+            next_obs = obs.clone()
+            next_obs[torch.from_numpy(mask)] = final
+        rew = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+        if self.reward_scaler is not None:
+            rew = self.reward_scaler(rew, torch.from_numpy(done), self.training)
+        flags = [torch.from_numpy(x).unsqueeze(-1) for x in (term, trunc, done)]
+        return StepResult(*self._to(obs, next_obs, rew.unsqueeze(-1), *flags, ep_ret, ep_len))
+
+    # ---- TensorDict API ----
+    def reset(self, seed: int | None = None) -> TensorDict:
+        """A [B] TensorDict with ``observation`` and ``is_init`` (all True)."""
+        obs = self.reset_tensors(seed)
+        is_init = torch.ones(self.num_envs, 1, dtype=torch.bool, device=self.device)
+        return TensorDict(
+            {K.OBSERVATION: obs, K.IS_INIT: is_init}, self.batch_size, device=self.device
+        )
+
+    def step(self, td: TensorDict) -> TensorDict:
+        """Reads ``action``; writes ``("next", ...)``: observation (final where done), reward,
+        terminated, truncated, done, episode_return / episode_length. Keeps the whole step (with
+        the reset observation) as ``last_step``."""
+        r = self.last_step = self.step_tensors(td[K.ACTION])
+        td[K.NEXT] = TensorDict(
+            {
+                K.OBSERVATION: r.next_observation,
+                K.REWARD: r.reward,
+                K.TERMINATED: r.terminated,
+                K.TRUNCATED: r.truncated,
+                K.DONE: r.done,
+                K.EPISODE_RETURN: r.episode_return,
+                K.EPISODE_LENGTH: r.episode_length,
+            },
+            self.batch_size,
+            device=self.device,
+        )
+        return td
+
+    def step_and_maybe_reset(self, td: TensorDict) -> tuple[TensorDict, TensorDict]:
+        """``step`` plus the root TensorDict of the next step (reset observation and ``is_init``
+        where the episode ended)."""
+        td = self.step(td)
+        root = TensorDict(
+            {K.OBSERVATION: self.last_step.observation, K.IS_INIT: td[K.NEXT, K.DONE].clone()},
+            self.batch_size,
+            device=self.device,
+        )
+        return td, root
+
+    def close(self) -> None:
+        self.vec_env.close()

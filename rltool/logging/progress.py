@@ -1,0 +1,56 @@
+"""Console progress: a live line on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+
+def _fmt_eta(seconds: float) -> str:
+    if not math.isfinite(seconds):
+        return "?"
+    m, s = divmod(int(seconds), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}"
+
+
+def _num(x, fmt="{:.1f}") -> str:
+    return fmt.format(x) if x is not None and math.isfinite(x) else "-"
+
+
+class ProgressLogger:
+    """Shows frames, frames/s, mean training return, last eval and ETA."""
+
+    def __init__(self, total_frames: int, mode: str = "auto", every_s: float = 5.0, stream=None):
+        self.stream = stream or sys.stderr
+        self.total, self.every_s, self.start = total_frames, every_s, time.perf_counter()
+        live = mode == "auto" and self.stream.isatty()
+        self.mode = "none" if mode == "none" else ("live" if live else "lines")
+        self._last_print, self._last_eval = -math.inf, None
+
+    def log(self, row: dict) -> None:
+        if self.mode == "none":
+            return
+        if row.get("eval/return_mean") is not None and math.isfinite(row["eval/return_mean"]):
+            self._last_eval = row["eval/return_mean"]
+        frames, now = row["frames"], time.perf_counter()
+        elapsed = now - self.start
+        fps = row.get("fps", frames / max(elapsed, 1e-9))
+        eta = (self.total - frames) / fps if fps > 0 else math.inf
+        line = (
+            f"frames {frames:,}/{self.total:,} ({100 * frames / self.total:3.0f}%) | "
+            f"{fps:,.0f} fps | return {_num(row.get('train/return_mean'))} | "
+            f"eval {_num(self._last_eval)} | ETA {_fmt_eta(eta)}"
+        )
+        final = frames >= self.total
+        if self.mode == "live":
+            self.stream.write("\r" + line.ljust(100) + ("\n" if final else ""))
+            self.stream.flush()
+        elif final or "eval/return_mean" in row or now - self._last_print >= self.every_s:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+            self._last_print = now
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,12 @@
+"""``make_policy``: a policy config and the env's specs -> a policy module."""
+
+from __future__ import annotations
+
+from rltool.config import PolicyConfig
+from rltool.modules.policy import ActorCritic
+from rltool.specs import EnvSpecs
+
+
+def make_policy(cfg: PolicyConfig, specs: EnvSpecs, heads=("actor", "critic")) -> ActorCritic:
+    """``heads`` is what the loss needs: ("actor", "critic") for PPO."""
+    return ActorCritic(specs, cfg, heads)

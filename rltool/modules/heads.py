@@ -1,0 +1,79 @@
+"""Action distributions and value heads, as plain tensor functions (no torch.distributions:
+its argument checks cost more than the maths on small batches)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from rltool import keys as K
+from rltool.modules.mlp import init_linear
+
+
+class CategoricalHead(nn.Module):
+    """features [*, F] -> ``logits`` [*, n]; actions are int64 [*]."""
+
+    param_keys = (K.LOGITS,)
+
+    def __init__(self, in_features: int, n: int):
+        super().__init__()
+        self.linear = init_linear(nn.Linear(in_features, n), gain=0.01)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {K.LOGITS: self.linear(x)}
+
+    @staticmethod
+    def sample(params, explore: bool) -> torch.Tensor:
+        logits = params[K.LOGITS]
+        if not explore:
+            return logits.argmax(-1)
+        flat = torch.softmax(logits.reshape(-1, logits.shape[-1]), -1)
+        return torch.multinomial(flat, 1).reshape(logits.shape[:-1])
+
+    @staticmethod
+    def log_prob(params, action: torch.Tensor) -> torch.Tensor:
+        logp = torch.log_softmax(params[K.LOGITS], -1)
+        return logp.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+    @staticmethod
+    def entropy(params) -> torch.Tensor:
+        logp = torch.log_softmax(params[K.LOGITS], -1)
+        return -(logp.exp() * logp).sum(-1)
+
+
+class GaussianHead(nn.Module):
+    """features [*, F] -> ``loc``, ``scale`` [*, d]: a diagonal Gaussian with a state-independent
+    log-std (as SB3). No squashing: the sample is stored and scored unbounded; the env clips it to
+    the action bounds, so ``sample_log_prob`` is the log-prob of the stored, unclipped action."""
+
+    param_keys = (K.LOC, K.SCALE)
+
+    def __init__(self, in_features: int, dim: int, init_log_std: float = 0.0):
+        super().__init__()
+        self.linear = init_linear(nn.Linear(in_features, dim), gain=0.01)
+        self.log_std = nn.Parameter(torch.full((dim,), float(init_log_std)))
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        loc = self.linear(x)
+        return {K.LOC: loc, K.SCALE: self.log_std.exp().expand_as(loc)}
+
+    @staticmethod
+    def sample(params, explore: bool) -> torch.Tensor:
+        loc = params[K.LOC]
+        return loc + params[K.SCALE] * torch.randn_like(loc) if explore else loc
+
+    @staticmethod
+    def log_prob(params, action: torch.Tensor) -> torch.Tensor:
+        loc, scale = params[K.LOC], params[K.SCALE]
+        z = (action - loc) / scale
+        return (-0.5 * z.pow(2) - scale.log() - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    @staticmethod
+    def entropy(params) -> torch.Tensor:
+        return (0.5 + 0.5 * math.log(2 * math.pi) + params[K.SCALE].log()).sum(-1)
+
+
+def value_head(in_features: int, out: int = 1) -> nn.Linear:
+    return init_linear(nn.Linear(in_features, out), gain=1.0)

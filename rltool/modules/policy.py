@@ -1,0 +1,199 @@
+"""The policy: inputs -> torso (MLP, or encoder -> LSTM/GRU -> MLP) -> heads.
+
+Two entry points that share every line of maths:
+- ``act(inputs, state, is_init)``: tensor level, one step for [B] (the collector's hot path);
+- ``forward(td)``: the TensorDict path (one step in sequential mode, a [T, B] rollout in temporal).
+``evaluate(td)`` scores stored actions over a [T, B] rollout for the losses.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rltool import keys as K
+from rltool.config import PolicyConfig
+from rltool.modules.heads import CategoricalHead, GaussianHead, value_head
+from rltool.modules.mlp import mlp, out_features
+from rltool.modules.recurrent import GRUModule, LSTMModule
+from rltool.specs import EnvSpecs, Spec
+
+INPUT_KEYS = {
+    "observation": K.OBSERVATION,
+    "prev_action": K.PREV_ACTION,
+    "prev_reward": K.PREV_REWARD,
+}
+
+
+class Torso(nn.Module):
+    """x [.., F] -> features [.., out]: an MLP, or encoder MLP -> RNN -> MLP."""
+
+    def __init__(self, in_features: int, cfg: PolicyConfig, state_prefix: str = ""):
+        super().__init__()
+        if cfg.kind == "mlp":
+            self.pre, self.rnn = mlp(in_features, cfg.hidden_sizes, cfg.activation), None
+            self.post = nn.Identity()
+            self.out_features = out_features(in_features, cfg.hidden_sizes)
+            return
+        self.pre = mlp(in_features, cfg.encoder_sizes, cfg.activation)
+        rnn_cls = LSTMModule if cfg.kind == "lstm" else GRUModule
+        keys = [state_prefix + k for k in rnn_cls.default_state_keys]
+        self.rnn = rnn_cls(
+            out_features(in_features, cfg.encoder_sizes),
+            cfg.hidden_size,
+            cfg.num_layers,
+            state_keys=keys,
+            force_sequential=cfg.recurrent_mode == "sequential",
+        )
+        self.post = mlp(cfg.hidden_size, cfg.hidden_sizes, cfg.activation)
+        self.out_features = out_features(cfg.hidden_size, cfg.hidden_sizes)
+
+    @property
+    def state_specs(self) -> dict[str, Spec]:
+        return self.rnn.state_specs if self.rnn is not None else {}
+
+    def forward(self, x, state: dict, is_init, time_dim: bool, need_states: bool = True):
+        """Returns features and the next state (a dict; empty for an MLP)."""
+        x = self.pre(x)
+        if self.rnn is None:
+            return x, {}
+        states = tuple(state[k] for k in self.rnn.state_keys)
+        y, nxt = self.rnn.run(x, states, is_init, time_dim, need_states)
+        nxt = dict(zip(self.rnn.state_keys, nxt, strict=True)) if nxt is not None else {}
+        return self.post(y), nxt
+
+
+class ActorCritic(nn.Module):
+    """Actor (categorical or Gaussian) and critic, with separate or shared torsos."""
+
+    def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic")):
+        super().__init__()
+        self.specs, self.explore = specs, True
+        self.in_keys = [INPUT_KEYS[name] for name in cfg.inputs]
+        act = specs.action
+        self.action_features = act.n if act.discrete else int(torch.Size(act.shape).numel())
+        in_dim = int(torch.Size(specs.observation.shape).numel())
+        in_dim += self.action_features * (K.PREV_ACTION in self.in_keys)
+        in_dim += K.PREV_REWARD in self.in_keys
+        self.actor_torso = Torso(in_dim, cfg)
+        self.has_critic = "critic" in heads
+        if self.has_critic:
+            self.critic_torso = (
+                self.actor_torso if cfg.shared_torso else Torso(in_dim, cfg, state_prefix="critic_")
+            )
+            self.critic = value_head(self.critic_torso.out_features)
+        f = self.actor_torso.out_features
+        self.dist = (
+            CategoricalHead(f, act.n)
+            if act.discrete
+            else GaussianHead(f, act.shape[-1], cfg.init_log_std)
+        )
+
+    @property
+    def torsos(self) -> list[Torso]:
+        separate = self.has_critic and self.critic_torso is not self.actor_torso
+        return [self.actor_torso, self.critic_torso] if separate else [self.actor_torso]
+
+    @property
+    def state_specs(self) -> dict[str, Spec]:
+        """The recurrent state this policy carries, per env (empty for an MLP)."""
+        return {k: s for t in self.torsos for k, s in t.state_specs.items()}
+
+    @property
+    def input_specs(self) -> dict[str, Spec]:
+        """Inputs besides the observation that the collector derives (zero at episode starts)."""
+        out = {}
+        if K.PREV_ACTION in self.in_keys:
+            out[K.PREV_ACTION] = self.specs.action
+        if K.PREV_REWARD in self.in_keys:
+            out[K.PREV_REWARD] = self.specs.reward
+        return out
+
+    def encode(self, inputs: dict) -> torch.Tensor:
+        obs = inputs[K.OBSERVATION]
+        n_obs = len(self.specs.observation.shape)
+        parts = [obs.flatten(-n_obs) if n_obs != 1 else obs]
+        if K.PREV_ACTION in self.in_keys:
+            a = inputs[K.PREV_ACTION]
+            parts.append(
+                nn.functional.one_hot(a.long(), self.action_features).to(obs.dtype)
+                if self.specs.action.discrete
+                else a.to(obs.dtype)
+            )
+        if K.PREV_REWARD in self.in_keys:
+            parts.append(inputs[K.PREV_REWARD].to(obs.dtype))
+        return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+
+    def _heads(self, inputs, state, is_init, time_dim, need_states):
+        x = self.encode(inputs)
+        feat, nxt = self.actor_torso(x, state, is_init, time_dim, need_states)
+        params, out = self.dist(feat), {}
+        if self.has_critic:
+            if self.critic_torso is self.actor_torso:
+                cfeat = feat
+            else:
+                cfeat, cnxt = self.critic_torso(x, state, is_init, time_dim, need_states)
+                nxt = {**nxt, **cnxt}
+            out[K.STATE_VALUE] = self.critic(cfeat)
+        return params, out, nxt
+
+    def act(self, inputs: dict, state: dict, is_init: torch.Tensor):
+        """One step for a [B] batch. Returns (outputs: action, sample_log_prob, dist params,
+        state_value; next state dict)."""
+        params, out, nxt = self._heads(inputs, state, is_init, False, True)
+        action = self.dist.sample(params, self.explore)
+        out.update(params)
+        out[K.ACTION] = action
+        out[K.SAMPLE_LOG_PROB] = self.dist.log_prob(params, action)
+        return out, nxt
+
+    def state_value(self, inputs: dict, state: dict, is_init: torch.Tensor) -> torch.Tensor:
+        """V of one step [B] -> [B, 1] (the truncation bootstrap). Needs a critic."""
+        x = self.encode(inputs)
+        feat, _ = self.critic_torso(x, state, is_init, False, False)
+        return self.critic(feat)
+
+    def _read(self, td: TensorDictBase, temporal: bool):
+        missing = [
+            k for k in [*self.in_keys, *self.state_specs] if k not in td.keys(include_nested=True)
+        ]
+        if missing:
+            raise KeyError(
+                f"policy input(s) {missing} missing from the TensorDict: the collector "
+                "(or the caller) must provide the recurrent state and inputs"
+            )
+        state = {k: td.get(k)[0] if temporal else td.get(k) for k in self.state_specs}
+        return {k: td.get(k) for k in self.in_keys}, state, td.get(K.IS_INIT)
+
+    def _temporal(self) -> bool:
+        return any(t.rnn is not None and t.rnn.mode == "temporal" for t in self.torsos)
+
+    def forward(self, td: TensorDictBase) -> TensorDictBase:
+        """The TensorDict path: reads inputs, state keys, is_init; writes action, sample_log_prob,
+        dist params, state_value and ("next", state keys). Batch [*B] in sequential mode,
+        [T, *B] in temporal mode."""
+        temporal = self._temporal()
+        inputs, state, is_init = self._read(td, temporal)
+        params, out, nxt = self._heads(inputs, state, is_init, temporal, True)
+        action = self.dist.sample(params, self.explore)
+        for k, v in {
+            **params,
+            **out,
+            K.ACTION: action,
+            K.SAMPLE_LOG_PROB: self.dist.log_prob(params, action),
+        }.items():
+            td.set(k, v)
+        for k, v in nxt.items():
+            td.set(K.nxt(k), v)
+        return td
+
+    def evaluate(self, td: TensorDictBase) -> dict[str, torch.Tensor]:
+        """Scores the stored ``action`` of a [T, B] rollout (the losses' path): dist params,
+        ``sample_log_prob``, ``entropy`` and ``state_value``, each [T, B, ...]."""
+        inputs, state, is_init = self._read(td, temporal=True)
+        params, out, _ = self._heads(inputs, state, is_init, True, False)
+        out.update(params)
+        out[K.SAMPLE_LOG_PROB] = self.dist.log_prob(params, td.get(K.ACTION))
+        out["entropy"] = self.dist.entropy(params)
+        return out
