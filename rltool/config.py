@@ -7,6 +7,7 @@ turns the composed DictConfig into these objects, before anything is built.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ class EnvConfig:
     clip_obs: float = 10.0
 
     def __post_init__(self):
+        _check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
         _check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
         _choice("env.backend", self.backend, ("sync", "async"))
         _check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
@@ -230,5 +232,13 @@ def register_configs() -> None:
 
 
 def to_config(cfg: DictConfig) -> Config:
-    """The composed config as typed objects; raises ConfigError on an impossible value."""
+    """The composed config as typed objects; raises ConfigError on an unknown key or an impossible
+    value."""
+    known = {f.name for f in dataclasses.fields(Config)}
+    unknown = [k for k in cfg if k not in known]
+    if unknown:  # Hydra lets "+key=value" append to a structured config
+        raise ConfigError(
+            f"unknown config key '{unknown[0]}': check the spelling "
+            "(rltool train --cfg job lists every key)"
+        )
     return OmegaConf.to_object(cfg)

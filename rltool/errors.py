@@ -21,8 +21,9 @@ def one_line(exc: BaseException) -> str:
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if missing:
         group, name = missing.groups()
-        opts = re.search(r"Available options in '[^']+':\s*(.*)", text, re.S)
-        names = ", ".join(opts.group(1).split()) if opts else "see rltool train --help"
+        opts = re.search(r"Available options in '[^']+':\s*\n((?:[ \t]+\S+\n?)+)", text)
+        names = [n for n in opts.group(1).split() if not n.startswith("base_")] if opts else []
+        names = ", ".join(names) or "see rltool train --help"
         return f"unknown option {group}={name}: choose one of {names}"
     not_struct = re.search(r"Key '([^']+)' is not in struct", text)
     if not_struct:
@@ -30,10 +31,18 @@ def one_line(exc: BaseException) -> str:
             f"unknown config key '{_full_key(text) or not_struct.group(1)}': check the spelling"
             " (rltool train --cfg job lists every key)"
         )
+    not_in = re.search(r"Key '([^']+)' not in '([^']+)'", text)
+    if not_in:
+        return (
+            f"unknown config key '{_full_key(text) or not_in.group(1)}': check the spelling"
+            " (rltool train --cfg job lists every key)"
+        )
     conv = re.search(r"Value '([^']*)' (?:of type '[^']+' )?could not be converted to (\w+)", text)
     if conv:
         key = _full_key(text) or "a key"
-        return f"{key}={conv.group(1)!r} is invalid: expected a {conv.group(2).lower()}"
+        kind = conv.group(2).lower()
+        article = "an" if kind[0] in "aeiou" else "a"
+        return f"{key}={conv.group(1)!r} is invalid: expected {article} {kind}"
     cause = exc.__cause__
     if cause is not None and cause is not exc:
         return one_line(cause)

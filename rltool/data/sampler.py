@@ -17,7 +17,7 @@ SAMPLERS = ("sequences", "steps")
 
 
 def resolve_sampler(sampler: str, recurrent: bool) -> str:
-    """ "auto" -> sequences for recurrent policies, steps otherwise; steps + recurrent is refused."""
+    """auto -> sequences for a recurrent policy, else steps; steps + recurrent is refused."""
     if sampler == "auto":
         return "sequences" if recurrent else "steps"
     if sampler == "steps" and recurrent:

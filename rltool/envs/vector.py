@@ -1,8 +1,8 @@
 """A gymnasium vector env seen as a TensorDict env with batch size [num_envs].
 
-Gymnasium runs in SAME_STEP autoreset mode: a step that ends an episode returns the reset observation
-at once and the final one in ``info["final_obs"]``. We split them: ``("next", "observation")`` is the
-true final observation (what bootstrapping on truncation needs) and the root observation of the
+Gymnasium runs in SAME_STEP autoreset mode: a step that ends an episode returns the reset
+observation at once and the final one in ``info["final_obs"]``. We split them:
+``("next", "observation")`` is the true final observation (what bootstrapping on truncation needs) and the root observation of the
 following step is the reset one, flagged ``is_init``. No transition crosses an episode boundary.
 """
 
