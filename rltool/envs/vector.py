@@ -2,8 +2,9 @@
 
 Gymnasium runs in SAME_STEP autoreset mode: a step that ends an episode returns the reset
 observation at once and the final one in ``info["final_obs"]``. We split them:
-``("next", "observation")`` is the true final observation (what bootstrapping on truncation needs) and the root observation of the
-following step is the reset one, flagged ``is_init``. No transition crosses an episode boundary.
+``("next", "observation")`` is the true final observation (what bootstrapping on truncation
+needs) and the root observation of the following step is the reset one, flagged ``is_init``.
+No transition crosses an episode boundary.
 """
 
 from __future__ import annotations
