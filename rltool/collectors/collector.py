@@ -9,6 +9,11 @@ Recurrent state: the state *before* step t is stored at ``[t]``, the state after
 ``("next", key)``. Where an episode starts (``is_init``) the stored state is zeros, so a replay from
 stored states is exact. The state is carried across batches.
 
+Devices (see :mod:`rltool.collectors.devices`): the policy runs on the policy's device, the env
+on the env's; the collector moves each step's data between them (non-blocking where CUDA is on one
+side, synchronised before the CPU reads it) and writes the rollout on the storing device. Where
+all three are the same, the hot path makes no device move at all.
+
 Values: with a critic, ``("next", "state_value")`` is the bootstrap value of the step's next
 observation: the value at t+1 inside the rollout, a value of the true final observation (with the
 state after the step) where an episode was truncated, and one extra critic call after the last step.
@@ -20,10 +25,12 @@ import torch
 from tensordict import TensorDict
 
 from rltool import keys as K
+from rltool.collectors.devices import module_device, non_blocking, resolve_devices, synchronize
 from rltool.envs.vector import VectorEnv
 from rltool.modules.recurrent import recurrent_mode
 from rltool.specs import Spec
 
+# the StepResult fields after ``observation``, in order, and where they are stored
 _NEXT_ENV_KEYS = (
     K.OBSERVATION,
     K.REWARD,
@@ -49,6 +56,9 @@ class Collector:
         *,
         seed: int | None = None,
         use_tensordict: bool = False,
+        device=None,
+        env_device=None,
+        policy_device=None,
         storing_device=None,
         bootstrap_values: bool | None = None,
     ):
@@ -56,9 +66,19 @@ class Collector:
             raise ValueError(
                 f"frames_per_batch={frames_per_batch} is not a multiple of num_envs={env.num_envs}"
             )
+        devices = resolve_devices(device, env_device, policy_device, storing_device)
+        if devices.env is not None:
+            env.to(devices.env)
+        if devices.policy is not None:
+            policy.to(devices.policy)
         self.env, self.policy, self.use_tensordict = env, policy, use_tensordict
         self.T, self.B = frames_per_batch // env.num_envs, env.num_envs
-        self.storing_device = torch.device(storing_device or env.device)
+        self.env_device, self.policy_device = env.device, module_device(policy)
+        self.storing_device = devices.storing or self.env_device
+        self._cross = self.env_device != self.policy_device  # env <-> policy moves per step
+        self._nb = non_blocking(self.env_device, self.policy_device)
+        self._nb_env = non_blocking(self.env_device, self.storing_device)
+        self._nb_pol = non_blocking(self.policy_device, self.storing_device)
         self.state_specs: dict[str, Spec] = dict(policy.state_specs)
         self.input_specs: dict[str, Spec] = dict(policy.input_specs)
         critic = getattr(policy, "has_critic", False)
@@ -67,20 +87,31 @@ class Collector:
         self._leaves = {
             k: self.rollout.get(k) for k in self.rollout.keys(include_nested=True, leaves_only=True)
         }
+        self._slots = [self._views(t) for t in range(self.T)]
         self.frames = 0
-        self._root = self._initial_root(seed)
+        self._initial_root(seed)
+
+    @property
+    def devices(self) -> dict[str, str]:
+        """The resolved devices, as strings (printed and recorded by ``rltool train``)."""
+        return {
+            "env": str(self.env_device),
+            "policy": str(self.policy_device),
+            "storing": str(self.storing_device),
+        }
 
     # ---- buffers ----
     def _output_specs(self) -> dict[str, torch.Tensor]:
         """Shapes of what the policy writes, from one call on the first observation."""
-        probe_obs = self.env.specs.observation.zeros(self.B, device=self.env.device)
+        dev = self.policy_device
         inputs = {
-            K.OBSERVATION: probe_obs,
-            **{k: s.zeros(self.B) for k, s in self.input_specs.items()},
+            K.OBSERVATION: self.env.specs.observation.zeros(self.B, device=dev),
+            **{k: s.zeros(self.B, device=dev) for k, s in self.input_specs.items()},
         }
-        state = {k: s.zeros(self.B) for k, s in self.state_specs.items()}
+        state = {k: s.zeros(self.B, device=dev) for k, s in self.state_specs.items()}
+        is_init = torch.ones(self.B, 1, dtype=torch.bool, device=dev)
         with torch.no_grad():
-            out, _ = self.policy.act(inputs, state, torch.ones(self.B, 1, dtype=torch.bool))
+            out, _ = self.policy.act(inputs, state, is_init)
         return out
 
     def _allocate(self) -> TensorDict:
@@ -89,7 +120,9 @@ class Collector:
         td = TensorDict({}, [T, B], device=dev)
         td[K.OBSERVATION] = specs.observation.zeros(T, B, device=dev)
         td[K.IS_INIT] = torch.zeros(T, B, 1, dtype=torch.bool, device=dev)
-        for k, v in self._output_specs().items():
+        out = self._output_specs()
+        self._out_keys = list(out)
+        for k, v in out.items():
             td[k] = torch.zeros(T, B, *v.shape[1:], dtype=v.dtype, device=dev)
         for k, s in {**self.state_specs, **self.input_specs}.items():
             td[k] = s.zeros(T, B, device=dev)
@@ -113,20 +146,44 @@ class Collector:
         td[K.NEXT] = nxt
         return td
 
-    def _initial_root(self, seed: int | None) -> dict[str, torch.Tensor]:
-        """The first step's inputs: reset observation, is_init everywhere, zero state and inputs."""
-        root = {
-            K.OBSERVATION: self.env.reset_tensors(seed),
-            K.IS_INIT: torch.ones(self.B, 1, dtype=torch.bool, device=self.env.device),
+    def _views(self, t: int) -> dict[str, list]:
+        """Step t's slots of every leaf, made once: writing into a ready view is the cheapest
+        in-place write (no indexing per step)."""
+        L = self._leaves
+        carried = (*self.state_specs, *self.input_specs)
+        return {
+            "root_env": [L[K.OBSERVATION][t], L[K.IS_INIT][t]],
+            "root_policy": [(L[k][t], k) for k in carried],
+            "out": [(L[k][t], k) for k in self._out_keys],
+            "next_env": [L[K.nxt(k)][t] for k in _NEXT_ENV_KEYS],
+            "next_state": [(L[K.nxt(k)][t], k) for k in self.state_specs],
         }
-        for k, s in {**self.state_specs, **self.input_specs}.items():
-            root[k] = s.zeros(self.B, device=self.env.device)
-        return root
+
+    def _initial_root(self, seed: int | None) -> None:
+        """The first step's inputs: reset observation, is_init everywhere, zero state and inputs.
+
+        The root is held twice: ``_env_root`` (observation, is_init) on the env's device for
+        storing, and the policy's inputs, state and is_init on the policy's device."""
+        obs = self.env.reset_tensors(seed)
+        is_init = torch.ones(self.B, 1, dtype=torch.bool, device=self.env_device)
+        self._env_root = (obs, is_init)
+        dev = self.policy_device
+        self._inputs = {K.OBSERVATION: self._to_policy(obs)}
+        self._inputs.update({k: s.zeros(self.B, device=dev) for k, s in self.input_specs.items()})
+        self._state = {k: s.zeros(self.B, device=dev) for k, s in self.state_specs.items()}
+        self._is_init = self._to_policy(is_init)
+
+    def _to_policy(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.policy_device, non_blocking=self._nb) if self._cross else x
+
+    def _root(self) -> dict[str, torch.Tensor]:
+        """The current root as one dict on the policy's device (the TensorDict path's input)."""
+        return {**self._inputs, K.IS_INIT: self._is_init, **self._state}
 
     # ---- collection ----
     @torch.no_grad()
     def collect(self) -> TensorDict:
-        """One rollout [T, B] (eval + explore + sequential + no grad)."""
+        """One rollout [T, B] on the storing device (eval + explore + sequential + no grad)."""
         was_training = self.policy.training
         self.policy.eval()
         try:
@@ -134,90 +191,83 @@ class Collector:
                 step = self._step_tensordict if self.use_tensordict else self._step_tensors
                 for t in range(self.T):
                     step(t)
+                synchronize(self.env_device, self.policy_device)  # pending async copies land
                 if self.has_critic:
                     self._fill_next_values()
+                    synchronize(self.policy_device)
         finally:
             self.policy.train(was_training)
         self.frames += self.T * self.B
         return self.rollout
 
     def _step_tensors(self, t: int) -> None:
-        L, root = self._leaves, self._root
-        state = {k: root[k] for k in self.state_specs}
-        inputs = {k: root[k] for k in (K.OBSERVATION, *self.input_specs)}
-        out, nxt_state = self.policy.act(inputs, state, root[K.IS_INIT])
-        for k, v in root.items():
-            L[k][t] = v
-        for k, v in out.items():
-            L[k][t] = v
-        r = self.env.step_tensors(out[K.ACTION])
-        for k, v in zip(
-            _NEXT_ENV_KEYS,
-            (
-                r.next_observation,
-                r.reward,
-                r.terminated,
-                r.truncated,
-                r.done,
-                r.episode_return,
-                r.episode_length,
-            ),
-            strict=True,
-        ):
-            L[(K.NEXT, k)][t] = v
-        for k, v in nxt_state.items():
-            L[(K.NEXT, k)][t] = v
-        if self.has_critic and r.truncated.any():
-            self._store_truncation_value(t, r, out, nxt_state)
-        self._root = self._next_root(r.observation, r.done, out[K.ACTION], r.reward, nxt_state)
+        slots, state, nb = self._slots[t], self._state, self._nb_pol
+        out, nxt_state = self.policy.act(self._inputs, state, self._is_init)
+        for dst, src in zip(slots["root_env"], self._env_root, strict=True):
+            dst.copy_(src, non_blocking=self._nb_env)
+        root = self._inputs if not state else {**self._inputs, **state}
+        for dst, k in slots["root_policy"]:
+            dst.copy_(root[k], non_blocking=nb)
+        for dst, k in slots["out"]:
+            dst.copy_(out[k], non_blocking=nb)
+        action = out[K.ACTION]
+        # the env reads the action on the CPU at once: a blocking copy needs no synchronise
+        r = self.env.step_tensors(action.to(self.env_device) if self._cross else action)
+        for dst, src in zip(slots["next_env"], r[1:], strict=True):
+            dst.copy_(src, non_blocking=self._nb_env)
+        for dst, k in slots["next_state"]:
+            dst.copy_(nxt_state[k], non_blocking=nb)
+        self._advance(t, r, action, nxt_state)
 
     def _step_tensordict(self, t: int) -> None:
-        td = TensorDict(dict(self._root), [self.B], device=self.env.device)
+        td = TensorDict(self._root(), [self.B], device=self.policy_device)
         td = self.policy(td)
         self.env.step(td)
         self.rollout[t].update_(td)
-        r = td[K.NEXT]
-        nxt_state = {k: r[k] for k in self.state_specs}
-        if self.has_critic and r[K.TRUNCATED].any():
-            out = {K.ACTION: td[K.ACTION]}
-            self._store_truncation_value(t, self.env.last_step, out, nxt_state)
-        self._root = self._next_root(
-            self.env.last_step.observation, r[K.DONE], td[K.ACTION], r[K.REWARD], nxt_state
-        )
+        nxt_state = {k: td.get(K.nxt(k)) for k in self.state_specs}
+        self._advance(t, self.env.last_step, td.get(K.ACTION), nxt_state)
 
-    def _next_root(self, obs, done, action, reward, nxt_state) -> dict[str, torch.Tensor]:
-        """Step t+1's inputs: state and derived inputs carried over, zeroed where episodes end."""
-        root = {K.OBSERVATION: obs, K.IS_INIT: done}
-        carried = {**nxt_state, K.PREV_ACTION: action, K.PREV_REWARD: reward}
-        any_done = bool(done.any())
+    def _advance(self, t: int, r, action, nxt_state) -> None:
+        """Truncation values, then step t+1's root: the reset observation, is_init = done, the
+        state and derived inputs carried over, zeroed where an episode ended."""
+        any_done = bool(r.done.any())
+        if any_done and self.has_critic and bool(r.truncated.any()):
+            self._store_truncation_value(t, r, action, nxt_state)
+        self._env_root = (r.observation, r.done)
+        done = self._to_policy(r.done)
+        self._inputs[K.OBSERVATION] = self._to_policy(r.observation)
+        self._is_init = done
+        if not self.state_specs and not self.input_specs:
+            return
+        carried = {**nxt_state, K.PREV_ACTION: action}
+        if K.PREV_REWARD in self.input_specs:
+            carried[K.PREV_REWARD] = self._to_policy(r.reward)
         for k in (*self.state_specs, *self.input_specs):
             v = carried[k]
-            root[k] = v.masked_fill(done.view(-1, *[1] * (v.dim() - 1)), 0) if any_done else v
-        return root
+            v = v.masked_fill(done.view(-1, *[1] * (v.dim() - 1)), 0) if any_done else v
+            (self._state if k in self.state_specs else self._inputs)[k] = v
 
-    def _store_truncation_value(self, t, r, out, nxt_state) -> None:
+    def _store_truncation_value(self, t, r, action, nxt_state) -> None:
         """V(true final observation, state after the step) for the truncated rows."""
         inputs = {
-            K.OBSERVATION: r.next_observation,
-            K.PREV_ACTION: out[K.ACTION],
-            K.PREV_REWARD: r.reward,
+            K.OBSERVATION: self._to_policy(r.next_observation),
+            K.PREV_ACTION: action,
+            K.PREV_REWARD: self._to_policy(r.reward),
         }
-        not_init = torch.zeros_like(r.truncated)
+        not_init = torch.zeros(self.B, 1, dtype=torch.bool, device=self.policy_device)
         value = self.policy.state_value(inputs, nxt_state, not_init)
-        slot = self._leaves[(K.NEXT, K.STATE_VALUE)][t]
-        slot.copy_(torch.where(r.truncated, value.to(slot.device), slot))
+        slot = self._leaves[K.nxt(K.STATE_VALUE)][t]
+        trunc = r.truncated.to(slot.device)
+        slot.copy_(torch.where(trunc, value.to(slot.device), slot))
 
     def _fill_next_values(self) -> None:
         """("next", "state_value") for every step: value[t+1], the truncation values kept, and
         one critic call for the step after the last."""
-        L, root = self._leaves, self._root
-        inputs = {k: root[k] for k in (K.OBSERVATION, *self.input_specs)}
-        last = self.policy.state_value(
-            inputs, {k: root[k] for k in self.state_specs}, root[K.IS_INIT]
-        )
+        L = self._leaves
+        last = self.policy.state_value(self._inputs, self._state, self._is_init)
         following = torch.cat([L[K.STATE_VALUE][1:], last.unsqueeze(0).to(self.storing_device)])
-        nv = L[(K.NEXT, K.STATE_VALUE)]
-        nv.copy_(torch.where(L[(K.NEXT, K.TRUNCATED)], nv, following))
+        nv = L[K.nxt(K.STATE_VALUE)]
+        nv.copy_(torch.where(L[K.nxt(K.TRUNCATED)], nv, following))
 
     def __iter__(self):
         while True:

@@ -107,12 +107,19 @@ class VectorEnv:
         if not self._discrete:
             self._low = np.asarray(vec_env.single_action_space.low, dtype=np.float32)
             self._high = np.asarray(vec_env.single_action_space.high, dtype=np.float32)
-        self._ep_return = np.zeros(self.num_envs)
-        self._ep_length = np.zeros(self.num_envs, dtype=np.int64)
+        self._act_offset = int(self.specs.action.low[0]) if self._discrete else 0
+        # [B, 1] like the tensors they become: no reshape per step
+        self._ep_return = np.zeros((self.num_envs, 1))
+        self._ep_length = np.zeros((self.num_envs, 1), dtype=np.int64)
 
     @property
     def batch_size(self) -> torch.Size:
         return torch.Size([self.num_envs])
+
+    def to(self, device: torch.device | str) -> VectorEnv:
+        """Returns the env's tensors on ``device`` from now on (the simulation stays on the CPU)."""
+        self.device = torch.device(device)
+        return self
 
     def set_training(self, training: bool) -> None:
         """Training updates the normalisation statistics; eval freezes them."""
@@ -137,30 +144,31 @@ class VectorEnv:
         return self._to(self._obs(raw))[0]
 
     def step_tensors(self, action: torch.Tensor) -> StepResult:
-        act = action.detach().cpu().numpy()
+        act = action.detach()
+        act = (act if act.device.type == "cpu" else act.cpu()).numpy()
         if self._discrete:
-            act = act + int(self.specs.action.low[0]) if self.specs.action.low[0] else act
+            act = act + self._act_offset if self._act_offset else act
         else:  # the policy's Gaussian sample is unbounded; the env gets it clipped to its bounds
             act = np.clip(act, self._low, self._high)
         raw, reward, term, trunc, info = self.vec_env.step(act)
         done = term | trunc
-        self._ep_return += reward
+        self._ep_return += reward[:, None]
         self._ep_length += 1
-        ep_ret = torch.from_numpy(self._ep_return.astype(np.float32)).unsqueeze(-1)
-        ep_len = torch.from_numpy(self._ep_length.copy()).unsqueeze(-1)
+        ep_ret = torch.from_numpy(self._ep_return.astype(np.float32))
+        ep_len = torch.from_numpy(self._ep_length.copy())
         obs = self._obs(raw)
         next_obs = obs
         if done.any():
             self._ep_return[done], self._ep_length[done] = 0.0, 0
             mask = info["_final_obs"]
-            final = self._obs(np.stack(info["final_obs"][mask]), update=False)
-            next_obs = obs.clone()
-            next_obs[torch.from_numpy(mask)] = final
-        rew = torch.from_numpy(np.asarray(reward, dtype=np.float32))
+            final = raw.copy()  # merged on the host: cheaper than a masked write of tensors
+            final[mask] = np.stack(info["final_obs"][mask])
+            next_obs = self._obs(final, update=False)
+        rew = torch.from_numpy(np.asarray(reward, dtype=np.float32)[:, None])
         if self.reward_scaler is not None:
-            rew = self.reward_scaler(rew, torch.from_numpy(done), self.training)
-        flags = [torch.from_numpy(x).unsqueeze(-1) for x in (term, trunc, done)]
-        return StepResult(*self._to(obs, next_obs, rew.unsqueeze(-1), *flags, ep_ret, ep_len))
+            rew = self.reward_scaler(rew[:, 0], torch.from_numpy(done), self.training)[:, None]
+        flags = [torch.from_numpy(x[:, None]) for x in (term, trunc, done)]
+        return StepResult(*self._to(obs, next_obs, rew, *flags, ep_ret, ep_len))
 
     # ---- TensorDict API ----
     def reset(self, seed: int | None = None) -> TensorDict:

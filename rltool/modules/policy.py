@@ -55,7 +55,7 @@ class Torso(nn.Module):
 
     def forward(self, x, state: dict, is_init, time_dim: bool, need_states: bool = True):
         """Returns features and the next state (a dict; empty for an MLP)."""
-        x = self.pre(x)
+        x = self.pre(x) if len(self.pre) else x  # an empty encoder costs a module call per step
         if self.rnn is None:
             return x, {}
         states = tuple(state[k] for k in self.rnn.state_keys)

@@ -150,7 +150,20 @@ class RecurrentModule(nn.Module):
             nxt = tuple(s.reshape(x.shape[0], *lead, *s.shape[-2:]) for s in nxt)
         return y, nxt
 
+    def _step_one_layer(self, x, states, is_init):
+        """``_step`` for one layer and a [B] batch (the acting hot path) in as few ops as possible:
+        the [B, 1, H] states are [1, B, H] views, and where no row starts an episode (checked on
+        the CPU only: elsewhere it would wait for the device) nothing needs zeroing."""
+        if is_init.device.type != "cpu" or bool(is_init.any()):
+            reset = is_init.reshape(-1, 1, 1)
+            states = [s.masked_fill(reset, 0.0) for s in states]
+        hx = [s.transpose(0, 1).contiguous() for s in states]
+        y, hn = self.layers[0](x.unsqueeze(0), hx[0] if len(hx) == 1 else tuple(hx))
+        return y[0], tuple(s.transpose(0, 1) for s in ((hn,) if len(hx) == 1 else hn))
+
     def _step(self, x, states, is_init):
+        if x.dim() == 2 and self.num_layers == 1:
+            return self._step_one_layer(x, states, is_init)
         lead, n = x.shape[:-1], math.prod(x.shape[:-1])
         reset = is_init.reshape(n, 1, 1)
         states = [s.reshape(n, *s.shape[-2:]).masked_fill(reset, 0.0) for s in states]
