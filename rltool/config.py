@@ -31,7 +31,7 @@ class EnvConfig:
     id: str = "CartPole-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
-    backend: str = "sync"  # sync | async
+    backend: str = "sync"  # sync | async (gymnasium's) | envpool (pip install 'rltool[envpool]')
     # indices of the flat observation that the agent sees; null = all (a POMDP mask otherwise)
     obs_keep: list[int] | None = None
     max_episode_steps: int | None = None
@@ -42,7 +42,7 @@ class EnvConfig:
     def __post_init__(self):
         _check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
         _check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
-        _choice("env.backend", self.backend, ("sync", "async"))
+        _choice("env.backend", self.backend, ("sync", "async", "envpool"))
         _check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
         if self.max_episode_steps is not None:
             _check(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from omegaconf import OmegaConf
 
 from rltool import keys as K
 from rltool.collectors import Collector
+from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
 from rltool.config import Config
 from rltool.data import minibatches, resolve_sampler
 from rltool.envs import make_env
@@ -47,11 +49,19 @@ class Run:
 
 
 def build(cfg: Config) -> Run:
+    c = cfg.collector
+    devices = {k: getattr(c, k) for k in DEVICE_KEYS}
+    resolve_devices(**devices)  # a device this machine lacks fails here, before any work
     torch.set_num_threads(cfg.num_threads)
     seed_everything(cfg.seed)
     env = make_env(cfg.env, gamma=cfg.loss.gamma)
+    eval_backend = "envpool" if cfg.env.backend == "envpool" else "sync"  # no worker processes
     eval_env = make_env(
-        cfg.env, num_envs=cfg.eval.episodes, obs_norm=env.obs_norm, training=False, backend="sync"
+        cfg.env,
+        num_envs=cfg.eval.episodes,
+        obs_norm=env.obs_norm,
+        training=False,
+        backend=eval_backend,
     )
     policy = make_policy(cfg.policy, env.specs, heads=("actor", "critic"))
     sampler = resolve_sampler(cfg.loss.sampler, recurrent=bool(policy.state_specs))
@@ -64,7 +74,7 @@ def build(cfg: Config) -> Run:
         cfg.loss.value_coef,
         cfg.loss.reduction,
     )
-    collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=cfg.seed)
+    collector = Collector(env, policy, c.frames_per_batch, seed=cfg.seed, **devices)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps)
     return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler)
 
@@ -105,6 +115,10 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv and summary.json in ``run_dir``."""
     run = build(cfg)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+    loss_device = module_device(run.policy)  # each batch moves there from the storing device
+    devices = run.collector.devices | {"loss": str(loss_device)}
+    (run_dir / "devices.json").write_text(json.dumps(devices, indent=2))
+    print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
     loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames)
     frames, next_eval, start = 0, cfg.eval.every_frames, time.perf_counter()
     eval_seed = cfg.seed + cfg.eval.seed_offset
@@ -113,6 +127,8 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
             t0 = time.perf_counter()
             batch = run.collector.collect()
             frames += batch.numel()
+            if batch.device != loss_device:
+                batch = batch.to(loss_device)
             t1 = time.perf_counter()
             row = {
                 "frames": frames,

@@ -17,6 +17,7 @@ import torch
 from rltool.errors import ConfigError
 
 _KINDS = "use cpu, cuda, cuda:N or mps"
+DEVICE_KEYS = ("device", "env_device", "policy_device", "storing_device")  # collector.* keys
 
 
 def check_device(name: str, key: str) -> torch.device:

@@ -11,6 +11,7 @@ import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rltool.config import EnvConfig
+from rltool.envs.envpool_vec import EnvPoolVectorEnv
 from rltool.envs.normalize import ObsNormalizer, RewardScaler
 from rltool.envs.vector import VectorEnv, observation_spec
 from rltool.errors import ConfigError
@@ -43,10 +44,43 @@ def check_env_id(env_id: str) -> None:
         ) from None
 
 
-def _make_one(env_id: str, kwargs: dict, max_episode_steps: int | None, cwd: str) -> gym.Env:
+def one_thread_per_worker() -> None:
+    """An async worker steps one env: one thread for torch, OpenMP and the BLAS libraries, so that
+    N workers and the main process's ``num_threads`` do not oversubscribe the cores."""
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[var] = "1"
+    if "torch" in sys.modules:  # forked workers inherit the parent's torch thread pool size
+        sys.modules["torch"].set_num_threads(1)
+
+
+def _make_one(
+    env_id: str, kwargs: dict, max_episode_steps: int | None, cwd: str, worker: bool = False
+) -> gym.Env:
     _import_path(cwd)
+    if worker:
+        one_thread_per_worker()
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
     return gym.make(env_id, **kwargs, **extra)
+
+
+def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
+    """gymnasium's SyncVectorEnv or AsyncVectorEnv (SAME_STEP autoreset) and the obs spec."""
+    check_env_id(cfg.id)
+    args = (cfg.id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
+    try:
+        probe = _make_one(*args)
+    except Exception as e:  # a bad kwarg or a broken user env: say which
+        raise ConfigError(
+            f"env.id={cfg.id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
+            f"build: {type(e).__name__}: {e}"
+        ) from None
+    obs_spec, _ = observation_spec(probe.observation_space, cfg.obs_keep)
+    probe.close()
+    if backend == "async":
+        fn = functools.partial(_make_one, *args, worker=True)
+        return AsyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
+    fn = functools.partial(_make_one, *args)
+    return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
 
 
 def make_env(
@@ -61,20 +95,13 @@ def make_env(
 ) -> VectorEnv:
     """Build the vector env of ``cfg``. An eval env passes the train env's ``obs_norm`` and
     ``training=False``: it shares the statistics, frozen, and never scales rewards."""
-    check_env_id(cfg.id)
     n = num_envs or cfg.num_envs
-    fn = functools.partial(_make_one, cfg.id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
-    try:
-        probe = fn()
-    except Exception as e:  # a bad kwarg or a broken user env: say which
-        raise ConfigError(
-            f"env.id={cfg.id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
-            f"build: {type(e).__name__}: {e}"
-        ) from None
-    obs_spec, _ = observation_spec(probe.observation_space, cfg.obs_keep)
-    probe.close()
-    vec_cls = AsyncVectorEnv if (backend or cfg.backend) == "async" else SyncVectorEnv
-    vec = vec_cls([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP)
+    backend = backend or cfg.backend
+    if backend == "envpool":
+        vec = EnvPoolVectorEnv(cfg.id, n, dict(cfg.kwargs), cfg.max_episode_steps)
+        obs_spec, _ = observation_spec(vec.single_observation_space, cfg.obs_keep)
+    else:
+        vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
     if cfg.normalize_obs and obs_norm is None:
         obs_norm = ObsNormalizer(obs_spec.shape, clip=cfg.clip_obs)
     scaler = RewardScaler(n, gamma) if cfg.normalize_reward and training else None
