@@ -10,6 +10,7 @@ when the pool is made: ``reset(seed=s)`` with a new seed remakes the pool.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -23,6 +24,14 @@ def envpool_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silences gymnasium's warning that envpool's float64 Box bounds are cast to float32."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        yield
 
 
 class EnvPoolVectorEnv:
@@ -52,14 +61,16 @@ class EnvPoolVectorEnv:
         )
         self.num_envs, self._seed = num_envs, 0
         self._pool = self._build(0)
-        with warnings.catch_warnings():  # envpool's float64 Box bounds cast to float32
-            warnings.simplefilter("ignore", UserWarning)
+        with _quiet():
             self.single_observation_space = self._pool.observation_space
             self.single_action_space = self._pool.action_space
 
     def _build(self, seed: int):
         try:
-            return self._make(seed)
+            with _quiet():
+                pool = self._make(seed)
+                pool.observation_space, pool.action_space  # noqa: B018 (built and cached here)
+                return pool
         except (TypeError, ValueError, RuntimeError) as e:
             raise ConfigError(
                 f"env.backend=envpool failed to build {self._id!r}: {e}; check env.kwargs"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import multiprocessing
 import os
 import sys
 
@@ -46,7 +47,10 @@ def check_env_id(env_id: str) -> None:
 
 def one_thread_per_worker() -> None:
     """An async worker steps one env: one thread for torch, OpenMP and the BLAS libraries, so that
-    N workers and the main process's ``num_threads`` do not oversubscribe the cores."""
+    N workers and the main process's ``num_threads`` do not oversubscribe the cores. Nothing
+    changes in the main process (gymnasium builds one env there to read the spaces)."""
+    if multiprocessing.parent_process() is None:
+        return
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = "1"
     if "torch" in sys.modules:  # forked workers inherit the parent's torch thread pool size

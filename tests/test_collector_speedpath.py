@@ -1,0 +1,78 @@
+"""The collector's hot path: the same numbers as the TensorDict path for recurrent policies too,
+the one-layer RNN step equal to the general step, and no device move when all devices are one."""
+
+import pytest
+import torch
+
+from rltool.collectors import Collector
+from rltool.config import EnvConfig, PolicyConfig
+from rltool.envs import make_env
+from rltool.modules import make_policy
+from rltool.modules.recurrent import GRUModule, LSTMModule
+
+ENVS = [
+    EnvConfig(id="CartPole-v1", num_envs=3),
+    EnvConfig(id="FakeCount-v0", num_envs=2, kwargs={"terminate_at": 3}, max_episode_steps=5),
+    EnvConfig(id="FakeCount-v0", num_envs=2, kwargs={"continuous": True}, max_episode_steps=3),
+]
+POLICIES = [
+    PolicyConfig(kind="lstm", hidden_size=16),
+    PolicyConfig(kind="gru", hidden_size=16, inputs=["observation", "prev_action", "prev_reward"]),
+    PolicyConfig(kind="lstm", hidden_size=8, num_layers=2, shared_torso=True),
+]
+
+
+def collect(use_tensordict, env_cfg, policy_cfg, batches=3, seed=0):
+    torch.manual_seed(seed)
+    env = make_env(env_cfg)
+    policy = make_policy(policy_cfg, env.specs)
+    c = Collector(env, policy, 4 * env.num_envs, seed=seed, use_tensordict=use_tensordict)
+    out = [c.collect().clone() for _ in range(batches)]
+    env.close()
+    return out
+
+
+@pytest.mark.parametrize("policy_cfg", POLICIES, ids=["lstm", "gru-inputs", "lstm2-shared"])
+@pytest.mark.parametrize("env_cfg", ENVS, ids=["cartpole", "terminate", "truncate-continuous"])
+def test_recurrent_tensor_and_tensordict_paths_give_identical_rollouts(env_cfg, policy_cfg):
+    a = collect(False, env_cfg, policy_cfg)
+    b = collect(True, env_cfg, policy_cfg)
+    for x, y in zip(a, b, strict=True):
+        assert set(x.keys(True, True)) == set(y.keys(True, True))
+        for k in x.keys(True, True):
+            assert torch.equal(x[k], y[k]), k
+
+
+@pytest.mark.parametrize("cls", [LSTMModule, GRUModule])
+@pytest.mark.parametrize("resets", [[False, False, False, False], [True, False, True, False]])
+def test_one_layer_step_equals_the_general_step(cls, resets):
+    torch.manual_seed(0)
+    rnn = cls(3, 5)
+    x = torch.randn(4, 3)
+    states = tuple(torch.randn(4, 1, 5) for _ in rnn.state_keys)
+    is_init = torch.tensor(resets).unsqueeze(-1)
+    y, nxt = rnn.run(x, states, is_init, time_dim=False)  # [B]: the one-layer path
+    # [1, B]: two leading dims take the general path
+    y2, nxt2 = rnn.run(x[None], tuple(s[None] for s in states), is_init[None], time_dim=False)
+    assert torch.equal(y, y2[0])
+    for s, s2 in zip(nxt, nxt2, strict=True):
+        assert s.shape == (4, 1, 5) and torch.equal(s, s2[0])
+    # a reset row starts from zeros: the same as passing zero states for it
+    zeroed = tuple(s.masked_fill(is_init.view(-1, 1, 1), 0.0) for s in states)
+    none = torch.zeros_like(is_init)
+    y3, _ = rnn.run(x, zeroed, none, time_dim=False)
+    assert torch.equal(y, y3)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "lstm"])
+def test_no_device_move_on_one_device(kind, monkeypatch):
+    env = make_env(EnvConfig(id="CartPole-v1", num_envs=2))
+    c = Collector(env, make_policy(PolicyConfig(kind=kind), env.specs), 2 * 16, seed=0)
+    calls = []
+    to = torch.Tensor.to
+    monkeypatch.setattr(
+        torch.Tensor, "to", lambda self, *a, **k: calls.append(a) or to(self, *a, **k)
+    )
+    c.collect()
+    assert len(calls) <= 1, calls  # at most the bootstrap value, once per rollout of 16 steps
+    env.close()
