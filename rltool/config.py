@@ -123,10 +123,11 @@ class PPOConfig:
 @dataclass
 class CollectorConfig:
     frames_per_batch: int = 2048  # frames per rollout, all envs together (T = this / num_envs)
-    device: str | None = None  # env and policy together
-    env_device: str | None = None
-    policy_device: str | None = None
-    storing_device: str | None = None
+    # devices (cpu, cuda, cuda:N, mps); null = stay where it is (rltool.collectors.devices)
+    device: str | None = None  # env and policy together; not with env_device / policy_device
+    env_device: str | None = None  # where the env's tensors live
+    policy_device: str | None = None  # where the policy runs
+    storing_device: str | None = None  # where rollouts are written (null: the env's device)
 
     def __post_init__(self):
         _check(

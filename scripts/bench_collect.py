@@ -8,10 +8,11 @@ reward, flags, states, bootstrap value, episode statistics), and the script chec
 the same rollout from the same seeds, so the two loops do the same work.
 
     PYTHONPATH=$PWD python scripts/bench_collect.py              # MLP and LSTM, 8 and 32 envs
-    PYTHONPATH=$PWD python scripts/bench_collect.py --envs 8 --repeats 3
+    PYTHONPATH=$PWD python scripts/bench_collect.py --envs 8 --clock cpu
 
-One thread (``torch.set_num_threads(1)``). Each cell is the best of ``--repeats`` alternating
-timings of ``--batches`` rollouts of ``--steps`` steps each (best-of damps a loaded machine).
+One thread (``torch.set_num_threads(1)``). Each cell is the best of ``--repeats`` timings of
+``--batches`` rollouts of ``--steps`` steps, the two loops alternating (best-of damps a loaded
+machine; ``--clock cpu`` counts this process's CPU time only).
 """
 
 from __future__ import annotations
@@ -174,8 +175,8 @@ def main() -> None:
     ap.add_argument("--policies", nargs="+", default=["mlp", "lstm"])
     ap.add_argument("--envs", nargs="+", type=int, default=[8, 32])
     ap.add_argument("--steps", type=int, default=64, help="T, steps per rollout")
-    ap.add_argument("--batches", type=int, default=10, help="rollouts per timing")
-    ap.add_argument("--repeats", type=int, default=5, help="alternating timings per loop")
+    ap.add_argument("--batches", type=int, default=1, help="rollouts per timing")
+    ap.add_argument("--repeats", type=int, default=30, help="alternating timings per loop")
     ap.add_argument(
         "--clock",
         choices=["wall", "cpu"],
@@ -197,9 +198,13 @@ def main() -> None:
             collector, hand = build(kind, n, args.steps, seed=0)
             frames = n * args.steps
             ours = theirs = 0.0
-            for _ in range(args.repeats):
-                ours = max(ours, fps(collector, args.batches, frames, clock))
-                theirs = max(theirs, fps(hand, args.batches, frames, clock))
+            for i in range(args.repeats):  # alternating, and in turn first (ABBA)
+                for loop in (collector, hand) if i % 2 else (hand, collector):
+                    f = fps(loop, args.batches, frames, clock)
+                    if loop is collector:
+                        ours = max(ours, f)
+                    else:
+                        theirs = max(theirs, f)
             collector.close(), hand.close()
             print(
                 f"{kind:<7}{n:>5}{ours:>15,.0f}{theirs:>15,.0f}{ours / theirs:>7.2f}  "

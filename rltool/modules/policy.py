@@ -56,11 +56,12 @@ class Torso(nn.Module):
     def forward(self, x, state: dict, is_init, time_dim: bool, need_states: bool = True):
         """Returns features and the next state (a dict; empty for an MLP)."""
         x = self.pre(x) if len(self.pre) else x  # an empty encoder costs a module call per step
-        if self.rnn is None:
+        rnn = self.rnn  # (each submodule lookup is a Python call: once per step, not thrice)
+        if rnn is None:
             return x, {}
-        states = tuple(state[k] for k in self.rnn.state_keys)
-        y, nxt = self.rnn.run(x, states, is_init, time_dim, need_states)
-        nxt = dict(zip(self.rnn.state_keys, nxt, strict=True)) if nxt is not None else {}
+        keys = rnn.state_keys
+        y, nxt = rnn.run(x, [state[k] for k in keys], is_init, time_dim, need_states)
+        nxt = dict(zip(keys, nxt, strict=True)) if nxt is not None else {}
         return self.post(y), nxt
 
 

@@ -158,8 +158,9 @@ class RecurrentModule(nn.Module):
             reset = is_init.reshape(-1, 1, 1)
             states = [s.masked_fill(reset, 0.0) for s in states]
         hx = [s.transpose(0, 1).contiguous() for s in states]
-        y, hn = self.layers[0](x.unsqueeze(0), hx[0] if len(hx) == 1 else tuple(hx))
-        return y[0], tuple(s.transpose(0, 1) for s in ((hn,) if len(hx) == 1 else hn))
+        for layer in self.layers:  # the one layer (iterating skips ModuleList's index checks)
+            y, hn = layer(x.unsqueeze(0), hx[0] if len(hx) == 1 else tuple(hx))
+        return y[0], tuple([s.transpose(0, 1) for s in ((hn,) if len(hx) == 1 else hn)])
 
     def _step(self, x, states, is_init):
         if x.dim() == 2 and self.num_layers == 1:
