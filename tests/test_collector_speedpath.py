@@ -1,5 +1,5 @@
 """The collector's hot path: the same numbers as the TensorDict path for recurrent policies too,
-the one-layer RNN step equal to the general step, and no device move when all devices are one."""
+and no device move when all devices are one."""
 
 import pytest
 import torch
@@ -8,7 +8,6 @@ from rltool.collectors import Collector
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
 from rltool.modules import make_policy
-from rltool.modules.recurrent import GRUModule, LSTMModule
 
 ENVS = [
     EnvConfig(id="CartPole-v1", num_envs=3),
@@ -41,27 +40,6 @@ def test_recurrent_tensor_and_tensordict_paths_give_identical_rollouts(env_cfg, 
         assert set(x.keys(True, True)) == set(y.keys(True, True))
         for k in x.keys(True, True):
             assert torch.equal(x[k], y[k]), k
-
-
-@pytest.mark.parametrize("cls", [LSTMModule, GRUModule])
-@pytest.mark.parametrize("resets", [[False, False, False, False], [True, False, True, False]])
-def test_one_layer_step_equals_the_general_step(cls, resets):
-    torch.manual_seed(0)
-    rnn = cls(3, 5)
-    x = torch.randn(4, 3)
-    states = tuple(torch.randn(4, 1, 5) for _ in rnn.state_keys)
-    is_init = torch.tensor(resets).unsqueeze(-1)
-    y, nxt = rnn.run(x, states, is_init, time_dim=False)  # [B]: the one-layer path
-    # [1, B]: two leading dims take the general path
-    y2, nxt2 = rnn.run(x[None], tuple(s[None] for s in states), is_init[None], time_dim=False)
-    assert torch.equal(y, y2[0])
-    for s, s2 in zip(nxt, nxt2, strict=True):
-        assert s.shape == (4, 1, 5) and torch.equal(s, s2[0])
-    # a reset row starts from zeros: the same as passing zero states for it
-    zeroed = tuple(s.masked_fill(is_init.view(-1, 1, 1), 0.0) for s in states)
-    none = torch.zeros_like(is_init)
-    y3, _ = rnn.run(x, zeroed, none, time_dim=False)
-    assert torch.equal(y, y3)
 
 
 @pytest.mark.parametrize("kind", ["mlp", "lstm"])
