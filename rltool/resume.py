@@ -84,14 +84,14 @@ def resume_args(args: list[str]) -> tuple[list[str], str | None]:
         "# @package _global_\n" + OmegaConf.to_yaml(OmegaConf.create(overlay))
     )
     bases = [f"{g}={b}" for g, b in _bases(saved).items() if g not in user_keys]
-    return [
+    return [  # flags (--cfg job, ...) come last for Hydra's parser
         *bases,
-        *rest,
         f"hydra.searchpath=[file://{tmp}]",
         "+rltool_resume=run",
         f"hydra.run.dir={run_dir}",
         "hydra.output_subdir=null",
         f"resume={run_dir}",
+        *rest,
     ], str(tmp)
 
 
