@@ -212,7 +212,7 @@ class Session:
         due = every is not None and c.frames // every > self.last_saved // every
         if due or c.frames >= self.cfg.total_frames or self.stop_signal is not None:
             path = self.save()
-        if self.stop_signal is not None:
+        if self.stop_signal is not None and c.frames < self.cfg.total_frames:
             name = signal.Signals(self.stop_signal).name
             raise RunStopped(
                 f"stopped by {name} at {c.frames:,} frames; checkpoint {path} written; "
