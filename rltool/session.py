@@ -13,7 +13,6 @@ progress there), so annealed values continue from where they were and reach 0 at
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import dataclasses
 import io
@@ -128,6 +127,7 @@ class Session:
         self.counters, self.last_saved = counters, counters.frames
         self._t0, self._base_s = time.perf_counter(), counters.elapsed_s
         self.stop_signal: int | None = None
+        self._install_signals()
 
     # ---- start / resume ----
     @classmethod
@@ -242,12 +242,11 @@ class Session:
         self.last_saved = self.counters.frames
         return path
 
-    @contextlib.contextmanager
-    def signals(self):
+    def _install_signals(self) -> None:
         """SIGTERM / SIGINT: finish the iteration, checkpoint, stop (exit 75); a second one
         exits at once (128 + signal number) and leaves the last checkpoint as it is."""
+        self._old_handlers = {}
         if threading.current_thread() is not threading.main_thread():
-            yield
             return
 
         def handler(signum, _frame):
@@ -264,12 +263,14 @@ class Session:
             print(f"\nrltool: second {name}: exiting now, no new checkpoint", file=sys.stderr)
             raise SystemExit(128 + signum)
 
-        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
+        for s in (signal.SIGTERM, signal.SIGINT):
+            self._old_handlers[s] = signal.signal(s, handler)
+
+    def close(self) -> None:
+        """Gives the signals back to their previous handlers."""
+        for s, h in self._old_handlers.items():
+            signal.signal(s, h)
+        self._old_handlers = {}
 
 
 def progress(c: Counters, frames: int) -> float:

@@ -110,32 +110,32 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames)
     eval_seed = cfg.seed + cfg.eval.seed_offset
     try:
-        with session.signals():
-            while c.frames < cfg.total_frames:
-                t0 = time.perf_counter()
-                batch = run.collector.collect()
-                c.frames += batch.numel()
-                t1 = time.perf_counter()
-                row = {
-                    "frames": c.frames,
-                    **episode_stats(batch),
-                    **update(run, batch, session.progress()),
-                }
-                t2 = time.perf_counter()
-                if c.frames >= c.next_eval or c.frames >= cfg.total_frames:
-                    row |= evaluate(run.policy, run.eval_env, eval_seed)
-                    c.next_eval += cfg.eval.every_frames
-                t3 = time.perf_counter()
-                row |= {
-                    "time/collect_s": t1 - t0,
-                    "time/update_s": t2 - t1,
-                    "time/eval_s": t3 - t2,
-                    "time_s": session.elapsed(),
-                    "fps": c.frames / session.elapsed(),
-                }
-                loggers.log(row)
-                session.end_iteration(row)  # checkpoint when due, at the end, or on a signal
+        while c.frames < cfg.total_frames:
+            t0 = time.perf_counter()
+            batch = run.collector.collect()
+            c.frames += batch.numel()
+            t1 = time.perf_counter()
+            row = {
+                "frames": c.frames,
+                **episode_stats(batch),
+                **update(run, batch, session.progress()),
+            }
+            t2 = time.perf_counter()
+            if c.frames >= c.next_eval or c.frames >= cfg.total_frames:
+                row |= evaluate(run.policy, run.eval_env, eval_seed)
+                c.next_eval += cfg.eval.every_frames
+            t3 = time.perf_counter()
+            row |= {
+                "time/collect_s": t1 - t0,
+                "time/update_s": t2 - t1,
+                "time/eval_s": t3 - t2,
+                "time_s": session.elapsed(),
+                "fps": c.frames / session.elapsed(),
+            }
+            loggers.log(row)
+            session.end_iteration(row)  # checkpoint when due, at the end, or on a signal
     finally:
+        session.close()  # the signal handlers
         loggers.close()
         run.collector.close()
         run.eval_env.close()
