@@ -7,7 +7,7 @@ from tensordict import TensorDict
 from torch import nn
 
 from rltool import keys as K
-from rltool.modules.recurrent import GRUModule, LSTMModule, recurrent_mode
+from rltool.modules.recurrent import GRUModule, LSTMModule, _chunk_bounds, recurrent_mode
 
 T, LEAD, F, H = 12, (2, 4), 3, 5
 TOL = dict(rtol=0, atol=1e-8)
@@ -109,7 +109,9 @@ def test_temporal_equals_loop_equals_reference(cls, num_layers, seed):
     y_ref = y_ref.reshape(T, *LEAD, H)
     nxt_ref = [s.reshape(T, *LEAD, num_layers, H) for s in nxt_ref]
     g_ref = grads(module, x, states, y_ref, nxt_ref)
-    for mode in ("temporal", "sequential"):
+    # call_cost 0: a chunk at every distinct segment length; 1e9: one padded chunk
+    for mode, call_cost in [("temporal", 0.0), ("temporal", 1e9), ("sequential", 0.0)]:
+        module.call_cost = call_cost
         y, nxt = run_mode(module, mode, x, states, is_init)
         assert y.shape == (T, *LEAD, H) and len(nxt) == len(module.state_keys)
         torch.testing.assert_close(y, y_ref, **TOL)
@@ -256,3 +258,28 @@ def test_state_specs():
     assert set(lstm.state_specs) == {K.RECURRENT_STATE_H, K.RECURRENT_STATE_C}
     assert lstm.state_specs[K.RECURRENT_STATE_C].shape == (2, H)
     assert list(gru.state_specs) == ["mem"] and gru.state_specs["mem"].shape == (3, H)
+
+
+def chunk_cost(bounds, counts, call_cost):
+    return sum(
+        (b - a) * n + call_cost for a, b, n in zip(bounds[:-1], bounds[1:], counts, strict=True)
+    )
+
+
+def test_chunk_bounds_are_optimal():
+    """The O(m) hull gives the cost of the plain O(m^2) dynamic programme, and valid chunks."""
+    g = torch.Generator().manual_seed(0)
+    for trial in range(200):
+        n = int(torch.randint(1, 40, (1,), generator=g))
+        top = int(torch.randint(1, 60, (1,), generator=g))
+        length = sorted(torch.randint(1, top + 1, (n,), generator=g).tolist(), reverse=True)
+        call_cost = [0.0, 1.0, 7.0, 128.0, 1e9][trial % 5]
+        bounds, counts = _chunk_bounds(length, call_cost)
+        assert bounds[0] == 0 and bounds[-1] == length[0] and bounds == sorted(set(bounds))
+        assert counts == [sum(ln > a for ln in length) for a in bounds[:-1]]
+        pts = [0, *sorted(set(length))]
+        alive = [sum(ln > a for ln in length) for a in pts]
+        best = [0.0]
+        for j in range(1, len(pts)):
+            best.append(min(best[i] + (pts[j] - pts[i]) * alive[i] for i in range(j)) + call_cost)
+        assert chunk_cost(bounds, counts, call_cost) == pytest.approx(best[-1])
