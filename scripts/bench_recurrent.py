@@ -88,8 +88,10 @@ def variants(module: LSTMModule, x, states, is_init):
     }
 
 
-def timeit(fn, backward: bool, reps: int) -> float:
-    def once():
+def timeit(fns: dict, backward: bool, reps: int) -> dict[str, float]:
+    """Median ms per call of each fn; the variants take turns, so load swings hit them alike."""
+
+    def once(fn):
         t0 = time.perf_counter()
         if backward:
             fn().sum().backward()
@@ -98,9 +100,13 @@ def timeit(fn, backward: bool, reps: int) -> float:
                 fn()
         return time.perf_counter() - t0
 
-    for _ in range(3):
-        once()
-    return statistics.median(once() for _ in range(reps)) * 1e3
+    times = {name: [] for name in fns}
+    for i in range(reps + 3):  # 3 warm-up rounds
+        for name, fn in fns.items():
+            t = once(fn)
+            if i >= 3:
+                times[name].append(t)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def main():
@@ -123,8 +129,8 @@ def main():
         for backward in (False, True):
             col = f"{rate:.0%} {'fwd+bwd' if backward else 'forward'}"
             cols.append(col)
-            for name, fn in fns.items():
-                rows.setdefault(name, {})[col] = timeit(fn, backward, args.reps)
+            for name, ms in timeit(fns, backward, args.reps).items():
+                rows.setdefault(name, {})[col] = ms
     lower = rows["nn.LSTM (lower bound)"]
     width = max(map(len, rows)) + 2
     print(f"\n{'ms per call (x lower bound)':<{width}}" + "".join(f"{c:>18}" for c in cols))
