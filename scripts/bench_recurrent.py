@@ -1,6 +1,6 @@
 """Temporal mode of LSTMModule against the step loop, a bare nn.LSTMCell loop and the lower bound.
 
-    PYTHONPATH=. python scripts/bench_recurrent.py [--reps 30]
+    PYTHONPATH=. python scripts/bench_recurrent.py [--reps 30] [--variants]
 
 hidden 64, input 64, [T=128, B=16], float32, one thread, ~2% and ~10% random resets (is_init).
 First checks on the timed data that temporal mode equals the sequential loop (outputs, next states,
@@ -10,6 +10,11 @@ parameter gradients), then times, in the same run:
 - sequential loop: the module's own step loop (``recurrent_mode("sequential")``);
 - LSTMCell loop: bare torch, one ``nn.LSTMCell`` step per t with the state masked at resets;
 - nn.LSTM (lower bound): one fused call on the whole sequence, ignoring the resets.
+With ``--variants``, other ways to run the loss path, each checked against the LSTMCell loop:
+- one padded call: segments padded to the longest, one fused call (``call_cost`` = inf);
+- chunk per length: the lanes' staircase cut at every distinct segment length (``call_cost`` = 0);
+- packed sequence: one nn.LSTM call on a PackedSequence (no padding, but no oneDNN kernel);
+- union of resets: all columns, one fused call between consecutive time steps holding a reset.
 "forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
 Reported: median ms per call, and the ratio to the lower bound of the same column.
 """
@@ -22,8 +27,9 @@ import time
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import PackedSequence
 
-from rltool.modules.recurrent import LSTMModule, recurrent_mode
+from rltool.modules.recurrent import LSTMModule, _Lanes, recurrent_mode
 
 T, B, F, H = 128, 16, 64, 64
 
@@ -88,6 +94,65 @@ def variants(module: LSTMModule, x, states, is_init):
     }
 
 
+def with_cost(module: LSTMModule, call_cost: float, x, states, is_init):
+    def f():
+        saved, module.call_cost = module.call_cost, call_cost
+        try:
+            with recurrent_mode("temporal"):
+                return module.run(x, states, is_init, time_dim=True, need_states=False)[0]
+        finally:
+            module.call_cost = saved
+
+    return f
+
+
+def packed(lstm: nn.LSTM, x, states, is_init):
+    """The call_cost=0 staircase has no padding rows: it is the packed-sequence layout."""
+    lanes = _Lanes(is_init[..., 0], 0.0)
+    sizes = torch.repeat_interleave(torch.tensor(lanes.counts), torch.tensor(lanes.steps))
+    keep = ~is_init[0]
+    h0, c0 = (lanes.initial(s[:, 0] * keep) for s in states)
+
+    def f():
+        data = x.reshape(T * B, F).index_select(0, lanes.src)
+        y, _ = lstm(PackedSequence(data, sizes), (h0, c0))
+        return y.data.index_select(0, lanes.dst).view(T, B, H)
+
+    return f
+
+
+def union_of_resets(lstm: nn.LSTM, x, states, is_init):
+    keep = (~is_init).to(x.dtype)  # [T, B, 1]
+    times = [0, *(is_init[1:, :, 0].any(1).nonzero()[:, 0] + 1).tolist(), T]
+
+    def f():
+        h, c = (s[:, 0].unsqueeze(0) for s in states)
+        ys = []
+        for a, b in zip(times[:-1], times[1:], strict=True):
+            y, (h, c) = lstm(x[a:b], (h * keep[a], c * keep[a]))
+            ys.append(y)
+        return torch.cat(ys)
+
+    return f
+
+
+def extra_variants(module: LSTMModule, x, states, is_init, reference):
+    """The other strategies, each checked against ``reference`` (the LSTMCell loop)."""
+    lstm = module.layers[0]
+    fns = {
+        "  one padded call": with_cost(module, float("inf"), x, states, is_init),
+        "  chunk per length": with_cost(module, 0.0, x, states, is_init),
+        "  packed sequence": packed(lstm, x, states, is_init),
+        "  union of resets": union_of_resets(lstm, x, states, is_init),
+    }
+    with torch.no_grad():
+        ref = reference()
+        for name, fn in fns.items():
+            err = ((fn() - ref).abs().max() / ref.abs().max()).item()
+            assert err < 1e-5, f"{name.strip()} differs from the LSTMCell loop by {err:.1e}"
+    return fns
+
+
 def timeit(fns: dict, backward: bool, reps: int) -> dict[str, float]:
     """Median ms per call of each fn; the variants take turns, so load swings hit them alike."""
 
@@ -112,6 +177,7 @@ def timeit(fns: dict, backward: bool, reps: int) -> dict[str, float]:
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--variants", action="store_true", help="also time other temporal strategies")
     args = p.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -126,6 +192,8 @@ def main():
             f"temporal == sequential loop (max rel. diff {err:.1e})"
         )
         fns = variants(module, x, states, is_init)
+        if args.variants:
+            fns.update(extra_variants(module, x, states, is_init, fns["LSTMCell loop"]))
         for backward in (False, True):
             col = f"{rate:.0%} {'fwd+bwd' if backward else 'forward'}"
             cols.append(col)
