@@ -104,20 +104,16 @@ class _Lanes:
         start = t0 * N + col  # time-major index of each lane's first step
         bounds, self.counts = _chunk_bounds(length.tolist(), call_cost)
         self.steps = np.diff(bounds).tolist()
-        src = [
-            np.where(p < length[:n], start[:n] + p * N, T * N).reshape(-1)
-            for p, n in zip(
-                (np.arange(a, b)[:, None] for a, b in zip(bounds[:-1], bounds[1:], strict=True)),
-                self.counts,
-                strict=True,
-            )
-        ]
+        src = []
+        for a, b, n in zip(bounds[:-1], bounds[1:], self.counts, strict=True):
+            p = np.arange(a, b)[:, None]
+            src.append(np.where(p < length[:n], start[:n] + p * N, T * N).reshape(-1))
         src = np.concatenate(src)  # chunk buffer row -> time-major step (T * N: padding)
         dst = np.empty(T * N, dtype=np.int64)
         valid = np.flatnonzero(src < T * N)
         dst[src[valid]] = valid  # time-major step -> chunk buffer row
         init_src = np.where(t0 == 0, col, N)  # stored state of the column, or zeros
-        to = lambda a: torch.from_numpy(a).to(init.device, non_blocking=True)
+        to = lambda a: torch.from_numpy(a).to(init.device)
         self.src, self.dst, self.init_src = to(src), to(dst), to(init_src)
         self.T, self.N = T, N
 
