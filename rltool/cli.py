@@ -16,7 +16,8 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from rltool.config import register_configs, to_config
-from rltool.errors import one_line
+from rltool.errors import RunStopped, one_line
+from rltool.resume import cleanup, resume_args
 
 
 def conf_dir() -> str:
@@ -80,10 +81,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
-    sys.argv = [f"rltool-{name}", *rest]
+    tmp = None
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
+        if name == "train":  # resume=<run_dir>: compose from the run's saved config
+            rest, tmp = resume_args(rest)
+        sys.argv = [f"rltool-{name}", *rest]
         COMMANDS[name][0]()
+    except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
+        print(f"rltool {name}: {e}", file=stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
         return 130
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stderr = stderr
+        cleanup(tmp)
     return 0
 
 

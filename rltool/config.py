@@ -144,6 +144,8 @@ class OptimConfig:
     eps: float = 1e-5
     anneal_lr: bool = False  # linear decay to 0 over total_frames
     max_grad_norm: float | None = 0.5
+    # steps with a non-finite loss or gradient are skipped; this many in a row stop the run
+    max_nonfinite_steps: int = 10
 
     def __post_init__(self):
         _check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
@@ -155,6 +157,12 @@ class OptimConfig:
                 self.max_grad_norm,
                 "must be > 0 or null",
             )
+        _check(
+            self.max_nonfinite_steps >= 1,
+            "optim.max_nonfinite_steps",
+            self.max_nonfinite_steps,
+            "must be >= 1",
+        )
 
 
 @dataclass
@@ -185,6 +193,24 @@ class EvalConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Checkpoints in <run_dir>/checkpoints, also written at the end and on SIGTERM / SIGINT."""
+
+    every_frames: int | None = 50_000  # null = only at the end and on a signal
+    keep: int = 3  # the newest this many are kept
+
+    def __post_init__(self):
+        if self.every_frames is not None:
+            _check(
+                self.every_frames >= 1,
+                "checkpoint.every_frames",
+                self.every_frames,
+                "must be >= 1 or null",
+            )
+        _check(self.keep >= 1, "checkpoint.keep", self.keep, "must be >= 1")
+
+
+@dataclass
 class Config:
     env: EnvConfig = MISSING
     policy: PolicyConfig = MISSING
@@ -193,6 +219,8 @@ class Config:
     optim: OptimConfig = MISSING
     logger: LoggerConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str | None = None  # a run folder to continue (rltool train resume=<run_dir>)
     seed: int = 0
     total_frames: int = 100_000
     num_threads: int = 1

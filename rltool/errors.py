@@ -13,6 +13,20 @@ class ConfigError(UserError, ValueError):
     """A config value that is impossible or unsupported."""
 
 
+# exit codes of `rltool train` besides 0 (done) and 2 (bad input); see the README
+EXIT_DIVERGED = 3  # too many non-finite optimizer steps in a row
+EXIT_PREEMPTED = 75  # SIGTERM / SIGINT: checkpoint written, resume it (sysexits EX_TEMPFAIL)
+
+
+class RunStopped(Exception):
+    """The run stopped on purpose before its budget: the CLI prints the message (one line) and
+    exits with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def one_line(exc: BaseException) -> str:
     """A one-line message for any exception raised while composing or running a config."""
     if isinstance(exc, UserError):
