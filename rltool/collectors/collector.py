@@ -176,6 +176,7 @@ class Collector:
     def _to_policy(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(self.policy_device, non_blocking=self._nb) if self._cross else x
 
+    @property
     def _root(self) -> dict[str, torch.Tensor]:
         """The current root as one dict on the policy's device (the TensorDict path's input)."""
         return {**self._inputs, K.IS_INIT: self._is_init, **self._state}
@@ -220,7 +221,7 @@ class Collector:
         self._advance(t, r, action, nxt_state)
 
     def _step_tensordict(self, t: int) -> None:
-        td = TensorDict(self._root(), [self.B], device=self.policy_device)
+        td = TensorDict(self._root, [self.B], device=self.policy_device)
         td = self.policy(td)
         self.env.step(td)
         self.rollout[t].update_(td)
@@ -274,7 +275,11 @@ class Collector:
         return {"root": {k: v.clone() for k, v in self._root.items()}, "frames": self.frames}
 
     def load_state_dict(self, state: dict) -> None:
-        self._root = {k: v.to(self.env.device) for k, v in state["root"].items()}
+        root, pol, env = state["root"], self.policy_device, self.env_device
+        self._env_root = (root[K.OBSERVATION].to(env), root[K.IS_INIT].to(env))
+        self._inputs = {k: root[k].to(pol) for k in (K.OBSERVATION, *self.input_specs)}
+        self._state = {k: root[k].to(pol) for k in self.state_specs}
+        self._is_init = root[K.IS_INIT].to(pol)
         self.frames = state["frames"]
 
     def __iter__(self):
