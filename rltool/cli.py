@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from rltool import sweep
 from rltool.config import register_configs, to_config
 from rltool.errors import one_line
+from rltool.sweep import current_job, run_job
 
 
 def conf_dir() -> str:
@@ -33,13 +34,34 @@ register_configs()
 def train_app(dcfg: DictConfig) -> float | None:
     from rltool.train import train  # torch and friends load only once the config is valid
 
-    cfg = to_config(dcfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    summary = train(cfg, run_dir)
-    return summary.get("eval/return_mean")
+    job = current_job()
+    summary = run_job(job, lambda: train(to_config(dcfg), job.run_dir))
+    return (summary or {}).get("eval/return_mean")
 
 
-COMMANDS = {"train": (train_app, "train an agent (Hydra overrides: env=..., policy=..., ...)")}
+def train_cmd() -> int:
+    """``rltool train``; after a sweep, exit status 1 if a job failed."""
+    sweep.LAST_SWEEP = None
+    train_app()
+    result = sweep.LAST_SWEEP
+    return 1 if result is not None and (result.failed or result.other) else 0
+
+
+def _lazy(module: str, func: str):
+    def run() -> int:
+        import importlib
+
+        return getattr(importlib.import_module(module), func)(sys.argv[1:])
+
+    return run
+
+
+COMMANDS = {
+    "train": (train_cmd, "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)"),
+    "eval": (_lazy("rltool.evaluation", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
+    "report": (_lazy("rltool.report", "report_main"), "table of runs/sweeps: <dirs...> [--format]"),
+    "plot": (_lazy("rltool.report", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+}
 
 USAGE = (
     "usage: rltool <command> [overrides ...] [--debug]\n\ncommands:\n"
@@ -79,11 +101,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if debug:
+        os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     sys.argv = [f"rltool-{name}", *rest]
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
-        COMMANDS[name][0]()
+        rc = COMMANDS[name][0]()
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
         return 130
@@ -94,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stderr = stderr
-    return 0
+    return rc or 0
 
 
 if __name__ == "__main__":

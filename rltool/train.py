@@ -104,8 +104,9 @@ def episode_stats(batch) -> dict[str, float]:
 def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv and summary.json in ``run_dir``."""
     run = build(cfg)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames)
+    resolved = OmegaConf.structured(cfg)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
+    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, OmegaConf.to_container(resolved))
     frames, next_eval, start = 0, cfg.eval.every_frames, time.perf_counter()
     eval_seed = cfg.seed + cfg.eval.seed_offset
     try:
