@@ -16,6 +16,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rltool import keys as K
+from rltool.checkpoint import save_checkpoint
 from rltool.collectors import Collector
 from rltool.config import Config
 from rltool.data import minibatches, resolve_sampler
@@ -137,6 +138,8 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
         loggers.close()
         run.collector.close()
         run.eval_env.close()
+    # HOOK(issue 6): the checkpoint branch saves periodically and on signals; this is the final one
+    save_checkpoint(run_dir, run.policy, run.env.obs_norm, OmegaConf.to_container(resolved), frames)
     summary = {
         "frames": frames,
         "wall_time_s": time.perf_counter() - start,
