@@ -62,7 +62,9 @@ def load_checkpoint(run_dir, name: str | None = None) -> dict:
     path = folder / (name if name.endswith(".pt") else f"{name}.pt")
     if not path.is_file():
         have = sorted(p.stem for p in folder.glob("*.pt")) if folder.is_dir() else []
-        raise UserError(f"checkpoint {name!r} not found in {folder}: choose one of {have or 'none'}")
+        raise UserError(
+            f"checkpoint {name!r} not found in {folder}: choose one of {have or 'none'}"
+        )
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, corrupt or unsafe (pickled objects)

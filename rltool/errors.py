@@ -21,10 +21,10 @@ def one_line(exc: BaseException) -> str:
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if missing:
         group, name = missing.groups()
-        opts = re.search(r"Available options in '[^']+':\s*(.*?)(?:Config search path|$)", text, re.S)
+        opts = re.search(r"Available options in '[^']+':\s*(.*?)(?:Config search|$)", text, re.S)
         found = [n for n in opts.group(1).split() if not n.startswith("base_")] if opts else []
         names = ", ".join(found) or "see rltool train --help"
-        hint = " (joblib / submitit need: pip install 'rltool[sweep]')" if "launcher" in group else ""
+        hint = " (joblib, submitit: pip install 'rltool[sweep]')" if "launcher" in group else ""
         return f"unknown option {group}={name}: choose one of {names}{hint}"
     not_struct = re.search(r"Key '([^']+)' is not in struct", text)
     if not_struct:

@@ -64,8 +64,8 @@ def run_episodes(
 
 
 def summarize(returns: list[float], lengths: list[int]) -> dict[str, float]:
-    """eval/return_mean, return_std (sample std; 0 for one episode), return_min, return_max, length_mean,
-    length_std, length_min, length_max, episodes; NaN where no episode finished."""
+    """eval/return_mean, return_std (sample std; 0 for one episode), return_min, return_max,
+    the same four for length, and episodes; NaN where no episode finished."""
     out: dict[str, float] = {}
     for name, xs in (("return", returns), ("length", lengths)):
         x = torch.tensor(xs, dtype=torch.float64)

@@ -32,7 +32,9 @@ class EvalArgs:
 
     def __post_init__(self):
         if not self.run:
-            raise UserError("rltool eval needs run=<run folder>, e.g. run=outputs/2026-12-02/10-11-12")
+            raise UserError(
+                "rltool eval needs run=<run folder>, e.g. run=outputs/2026-12-02/10-11-12"
+            )
         for name in ("episodes", "max_steps", "video_episodes"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name}={getattr(self, name)} is invalid: must be >= 1")
@@ -66,8 +68,7 @@ def parse_args(argv: list[str]) -> EvalArgs:
         key, sep, text = arg.partition("=")
         if not sep or key not in names:
             raise UserError(
-                f"unknown argument {arg!r}: give key=value with key one of "
-                f"{', '.join(names)}"
+                f"unknown argument {arg!r}: give key=value with key one of {', '.join(names)}"
             )
         values[key] = _convert(key, text, _KINDS.get(key, str))
     return EvalArgs(**values)
@@ -151,7 +152,6 @@ def main(argv: list[str]) -> int:
         f"(min {f(result['return_min'])}, max {f(result['return_max'])})\n"
         f"  length {f(result['length_mean'])} +- {f(result['length_std'])} "
         f"(min {f(result['length_min'])}, max {f(result['length_max'])})\n"
-        f"  written to {out}"
-        + (f"; videos in {Path(args.run) / 'videos'}" if args.video else "")
+        f"  written to {out}" + (f"; videos in {Path(args.run) / 'videos'}" if args.video else "")
     )
     return 0

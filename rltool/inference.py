@@ -132,7 +132,11 @@ class LoadedPolicy:
         if spec.discrete:
             a = a + int(spec.low[0])
         else:
-            a = np.clip(a, np.asarray(spec.low).reshape(a.shape[1:]), np.asarray(spec.high).reshape(a.shape[1:]))
+            a = np.clip(
+                a,
+                np.asarray(spec.low).reshape(a.shape[1:]),
+                np.asarray(spec.high).reshape(a.shape[1:]),
+            )
         return a[0] if single else a
 
 

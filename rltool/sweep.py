@@ -75,7 +75,10 @@ def current_job() -> Job:
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
     return Job(
-        Path(hc.runtime.output_dir), multirun, list(hc.overrides.task), hc.job.num if multirun else None
+        Path(hc.runtime.output_dir),
+        multirun,
+        list(hc.overrides.task),
+        hc.job.num if multirun else None,
     )
 
 
@@ -149,7 +152,9 @@ class SweepResult:
     def line(self) -> str:
         parts = [f"{len(self.done)} done"]
         if self.failed:
-            parts.append(f"{len(self.failed)} failed: " + "; ".join(f"{j} ({e})" for j, e in self.failed))
+            parts.append(
+                f"{len(self.failed)} failed: " + "; ".join(f"{j} ({e})" for j, e in self.failed)
+            )
         if self.other:
             parts.append(", ".join(f"{j} {s}" for j, s in self.other))
         return f"rltool train: sweep {self.sweep_dir}: " + ", ".join(parts)

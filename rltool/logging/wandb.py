@@ -53,7 +53,7 @@ def resolve_mode(mode: str) -> str:
     if not _has_api_key(host):
         _warn(
             "logger.wandb.mode=online but no wandb API key (run `wandb login` or set "
-            "WANDB_API_KEY); logging offline instead, upload later with `wandb sync <run_dir>/wandb`"
+            "WANDB_API_KEY); logging offline instead, upload later: wandb sync <run_dir>/wandb"
         )
         return "offline"
     if not _reachable(host, port):
