@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    env_before = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", "RLTOOL_DEBUG")}
     if debug:
         os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
@@ -118,6 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stderr = stderr
+        for k, v in env_before.items():  # main() may run again in this process (tests, API)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return rc or 0
 
 

@@ -174,7 +174,10 @@ class WandbLoggerConfig:
     def __post_init__(self):
         _choice("logger.wandb.mode", self.mode, ("online", "offline", "disabled"))
         _check(
-            self.init_timeout_s > 0, "logger.wandb.init_timeout_s", self.init_timeout_s, "> 0"
+            self.init_timeout_s > 0,
+            "logger.wandb.init_timeout_s",
+            self.init_timeout_s,
+            "must be > 0",
         )
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from rltool.errors import one_line
+from rltool.errors import UserError, one_line
 
 STATUS_FILE = "status.json"
 
@@ -88,14 +88,15 @@ def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
     prev = read_status(job.run_dir)
     if job.multirun and prev is not None:
         if prev.get("overrides") != job.overrides:
-            return _fail(
-                job,
-                RuntimeError(
-                    f"{job.run_dir} holds a job with other overrides {prev.get('overrides')}: "
-                    "sweep into a fresh hydra.sweep.dir"
-                ),
-                keep_status=True,
+            # the folder's own record stays; the conflict is noted beside it for the summary
+            msg = (
+                f"{job.run_dir} holds a job with other overrides {prev.get('overrides')}: "
+                "sweep into a fresh hydra.sweep.dir"
             )
+            write_status(job.run_dir, conflict=msg)
+            return _fail(job, UserError(msg), keep_status=True)
+        if prev.get("conflict"):
+            write_status(job.run_dir, conflict=None)
         if prev.get("status") == "done":
             print(f"rltool: job {job.num} ({' '.join(job.overrides)}): done already, skipped")
             return _summary(job.run_dir)
@@ -170,7 +171,9 @@ def sweep_result(sweep_dir: Path) -> SweepResult:
             continue
         st = read_status(path.parent) or {}
         name = f"job {st.get('job_num', path.parent.name)}"
-        if st.get("status") == "done":
+        if st.get("conflict"):
+            res.failed.append((name, st["conflict"]))
+        elif st.get("status") == "done":
             res.done.append(name)
         elif st.get("status") == "failed":
             res.failed.append((name, st.get("error") or "unknown error"))
