@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from wandb_records import run_record
 
 from rltool.cli import main
 from rltool.report import band, find_runs, group_runs, rows
@@ -131,6 +132,8 @@ def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):
         "hydra/launcher=submitit_local",
         "hydra.launcher.timeout_min=5",
         "seed=0,1",
+        "logger=[csv,wandb]",
+        "logger.wandb.mode=offline",
         *TINY,
         f"hydra.sweep.dir={sweep}",
     ]
@@ -138,6 +141,12 @@ def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):
     st = statuses(sweep)
     assert sorted(st) == ["0", "1"] and {s["status"] for s in st.values()} == {"done"}
     assert "2 done" in capsys.readouterr().out
+    for job in ("0", "1"):  # one wandb group per sweep, each job named by its overrides
+        rid = (sweep / job / "wandb_id").read_text().strip()
+        (path,) = (sweep / job).glob(f"wandb/offline-run-*-{rid}/run-{rid}.wandb")
+        run = run_record(path)
+        assert run.run_group == str(sweep)
+        assert run.display_name.startswith(f"seed={job} logger=[csv,wandb] ")
 
 
 def test_unknown_launcher_and_empty_report_are_one_line_errors(tmp_path, capsys):
