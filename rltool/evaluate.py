@@ -71,7 +71,7 @@ def summarize(returns: list[float], lengths: list[int]) -> dict[str, float]:
         x = torch.tensor(xs, dtype=torch.float64)
         empty = x.numel() == 0
         out[f"eval/{name}_mean"] = math.nan if empty else x.mean().item()
-        out[f"eval/{name}_std"] = math.nan if empty else x.std().nan_to_num(0.0).item()
+        out[f"eval/{name}_std"] = math.nan if empty else (x.std().item() if len(x) > 1 else 0.0)
         out[f"eval/{name}_min"] = math.nan if empty else x.min().item()
         out[f"eval/{name}_max"] = math.nan if empty else x.max().item()
     out["eval/episodes"] = len(returns)

@@ -53,9 +53,7 @@ def test_wandb_offline_records_read_back_and_resume_keeps_the_id(tmp_path):
     rows = history(path)
     expected = csv_rows(run)
     assert [r["frames"] for r in rows] == [int(r["frames"]) for r in expected] == [128, 256, 384]
-    assert [r["eval/return_mean"] for r in rows] == [
-        float(r["eval/return_mean"]) for r in expected
-    ]
+    assert [r["eval/return_mean"] for r in rows] == [float(r["eval/return_mean"]) for r in expected]
     cfg = config(path)
     assert cfg["env"]["id"] == "CartPole-v1" and cfg["total_frames"] == 384
     assert cfg["logger"]["wandb"]["project"] == "rltool-test"
