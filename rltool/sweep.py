@@ -1,10 +1,11 @@
 """Jobs and sweeps: a status file per job, skip-if-done on re-runs, a summary at the sweep's end.
 
-Every run folder gets ``status.json``: ``{"status": "running" | "done" | "failed", "error": one
-line, "overrides": [...], ...}``. In a multirun a failing job records its error and returns
-normally (no exception reaches the launcher, no ``sys.exit``), so the other jobs go on whatever the
-launcher; :class:`SweepSummary` (a Hydra callback, run in the launching process) reads the status
-files at the end, prints one line, and the dispatcher exits non-zero when a job failed.
+Every run folder gets ``status.json``: ``{"status": "running" | "done" | "failed" |
+"interrupted", "error": one line, "overrides": [...], ...}``. In a multirun a failing job records
+its error and returns normally (no exception reaches the launcher, no ``sys.exit``), so the other
+jobs go on whatever the launcher; :class:`SweepSummary` (a Hydra callback, run in the launching
+process) reads the status files at the end, prints one line, and the dispatcher exits non-zero
+when a job failed.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def current_job() -> Job:
 
 def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
     """Runs ``fn`` (the training) under a status file. In a multirun: a job already done with the
-    same overrides is skipped, and a failure is recorded and reported instead of raised."""
+    same overrides is skipped, one left running / interrupted / failed starts again (see
+    :func:`restart_interrupted`), and a failure is recorded and reported instead of raised."""
     prev = read_status(job.run_dir)
     if job.multirun and prev is not None:
         if prev.get("overrides") != job.overrides:
@@ -100,7 +102,7 @@ def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
         if prev.get("status") == "done":
             print(f"rltool: job {job.num} ({' '.join(job.overrides)}): done already, skipped")
             return _summary(job.run_dir)
-        if prev.get("status") in ("running", "failed"):
+        if prev.get("status") in ("running", "interrupted", "failed"):
             restart_interrupted(job.run_dir)
     write_status(
         job.run_dir,
@@ -115,11 +117,14 @@ def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
     )
     try:
         result = fn()
-    except BaseException as e:  # noqa: BLE001 - recorded; KeyboardInterrupt too (then re-raised)
-        if not job.multirun or not isinstance(e, Exception):
+    except Exception as e:  # noqa: BLE001 - recorded; a sweep goes on, a single run re-raises
+        if not job.multirun:
             write_status(job.run_dir, status="failed", error=one_line(e), ended=_now())
             raise
         return _fail(job, e)
+    except BaseException as e:  # Ctrl-C, SystemExit (a preempted job): resumable on a re-run
+        write_status(job.run_dir, status="interrupted", error=type(e).__name__, ended=_now())
+        raise
     write_status(job.run_dir, status="done", ended=_now())
     return result
 

@@ -44,7 +44,11 @@ def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
 
 
 def resolve_mode(mode: str) -> str:
-    """The mode to init with: ``online`` only with an API key and a reachable server."""
+    """The mode to init with: ``online`` only with an API key and a reachable server.
+    ``WANDB_MODE`` in the environment, when set, overrides ``mode``."""
+    env = os.environ.get("WANDB_MODE")
+    if env:
+        mode = {"dryrun": "offline", "run": "online"}.get(env, env)
     if mode != "online":
         return mode
     url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
@@ -97,9 +101,7 @@ class WandbLogger:
 
         self.mode = resolve_mode(cfg.mode)
         group, name = sweep_context()
-        settings = wandb.Settings(init_timeout=cfg.init_timeout_s, silent=True)
-        self.run = wandb.init(
-            mode=self.mode,
+        kwargs = dict(
             project=cfg.project,
             entity=cfg.entity,
             group=cfg.group or group,
@@ -109,11 +111,23 @@ class WandbLogger:
             id=run_id(run_dir),
             resume="allow",
             dir=str(run_dir),
-            settings=settings,
             reinit="finish_previous",  # one process may run several multirun jobs
         )
+        try:
+            self.run = self._init(wandb, self.mode, cfg, kwargs)
+        except Exception as e:  # noqa: BLE001 - e.g. a rejected key or a timeout: go offline
+            if self.mode != "online":
+                raise
+            _warn(f"wandb online init failed ({type(e).__name__}: {e}); logging offline instead")
+            self.mode = "offline"
+            self.run = self._init(wandb, self.mode, cfg, kwargs)
         self.run.define_metric("frames")
         self.run.define_metric("*", step_metric="frames")
+
+    @staticmethod
+    def _init(wandb, mode: str, cfg: WandbLoggerConfig, kwargs: dict):
+        settings = wandb.Settings(init_timeout=cfg.init_timeout_s, silent=True)
+        return wandb.init(mode=mode, settings=settings, **kwargs)
 
     def log(self, row: dict) -> None:
         self.run.log({k: v for k, v in row.items() if _finite(v)})
