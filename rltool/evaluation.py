@@ -135,6 +135,12 @@ def evaluate_run(args: EvalArgs) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip())
+        print("\narguments (key=value):")
+        for f in fields(EvalArgs):
+            print(f"  {f.name}={f.default}")
+        return 0
     args = parse_args(argv)
     result = evaluate_run(args)
     out = Path(args.out) if args.out else Path(args.run) / "eval.json"
