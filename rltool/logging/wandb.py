@@ -44,11 +44,8 @@ def _reachable(host: str, port: int, timeout: float = 3.0) -> bool:
 
 
 def resolve_mode(mode: str) -> str:
-    """The mode to init with: ``online`` only with an API key and a reachable server.
-    ``WANDB_MODE`` in the environment, when set, overrides ``mode``."""
-    env = os.environ.get("WANDB_MODE")
-    if env:
-        mode = {"dryrun": "offline", "run": "online"}.get(env, env)
+    """The mode to init with: ``online`` only with an API key and a reachable server. As with
+    ``wandb.init(mode=...)``, the config's mode wins over ``WANDB_MODE``."""
     if mode != "online":
         return mode
     url = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
