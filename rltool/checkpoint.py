@@ -1,74 +1,220 @@
-"""Minimal checkpoints, enough for ``rltool eval`` and ``rltool.load_policy``.
+"""Checkpoint files: atomic writes, a ``latest`` pointer, the last N kept, safe loading.
 
-PLACEHOLDER for issue 6 (another branch builds the full version: optimizer, RNG, resume). What
-``eval`` / ``load_policy`` rely on is only :func:`load_checkpoint`'s return value:
-``{"policy": state_dict, "config": resolved config as plain containers, "obs_norm": state dict or
-None, "frames": int}``, loaded with ``weights_only=True``. Files: ``<run>/checkpoints/<name>.pt``
-and a ``latest`` pointer (a text file holding the name), both written atomically.
+Layout, in ``<run_dir>/checkpoints``::
+
+    ckpt-000000012288.pt          torch.save of a dict of tensors and plain containers
+    ckpt-000000012288.<name>/     a folder saver's files (e.g. a replay buffer), beside it
+    latest                        the name of the newest complete checkpoint, one line
+
+A write goes: folders (written to a temp folder, fsynced, renamed), then the file (temp file in the
+same folder, flush, fsync, rename, fsync of the folder), then ``latest`` the same way, then pruning.
+A kill at any instant leaves ``latest`` naming a complete checkpoint (the previous one until the new
+pointer is in place). Loading uses ``torch.load(weights_only=True)`` only: a file holding pickled
+Python objects is refused with one line and its code never runs.
+
+Two protocols plug state in (see :func:`save` / :func:`load`):
+- *stateful* objects: ``state_dict()`` -> tensors and plain containers, ``load_state_dict(d)``;
+- *folder savers*: ``save(path)`` writes a folder (path does not exist yet), ``load(path)`` reads it
+  back without unpickling.
+
+Test hook: ``RLTOOL_CHECKPOINT_KILL=<point>[@<n>]`` sends SIGKILL to this process at ``point``
+(one of :data:`KILL_POINTS`) of its n-th write (default 1st); :data:`test_hook` is called at each
+point in-process.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from rltool.errors import UserError
 
-FORMAT_VERSION = 1
+FORMAT = "rltool-checkpoint"
+VERSION = 1
+POINTER = "latest"
+KILL_POINTS = ("after_temp_write", "after_fsync", "after_rename", "before_pointer")
+_NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
+
+test_hook: Callable[[str], None] | None = None
+_writes = 0
 
 
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("wb") as f:
+def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def _point(name: str) -> None:
+    if test_hook is not None:
+        test_hook(name)
+    spec = os.environ.get("RLTOOL_CHECKPOINT_KILL")
+    if spec:
+        point, _, nth = spec.partition("@")
+        if point == name and _writes == int(nth or 1):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(path: Path) -> None:
+    for root, _, files in os.walk(path):
+        for f in files:
+            with open(Path(root) / f, "rb+") as fh:
+                os.fsync(fh.fileno())
+        _fsync_dir(Path(root))
+
+
+def atomic_write(path: Path, write: Callable, points: bool = False) -> None:
+    """``write(file)`` into a temp file beside ``path``, flush, fsync, rename over ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
         write(f)
         f.flush()
+        if points:
+            _point("after_temp_write")
         os.fsync(f.fileno())
+    if points:
+        _point("after_fsync")
     os.replace(tmp, path)
+    if points:
+        _point("after_rename")
+    _fsync_dir(path.parent)
 
 
-def save_checkpoint(run_dir, policy, obs_norm, config: dict, frames: int) -> Path:
-    """Writes ``checkpoints/frames_<frames>.pt`` and points ``latest`` at it."""
-    folder = Path(run_dir) / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
-    name = f"frames_{frames}"
-    payload = {
-        "format_version": FORMAT_VERSION,
-        "frames": frames,
-        "policy": policy.state_dict(),
-        "obs_norm": obs_norm.state_dict() if obs_norm is not None else None,
-        "config": config,
-    }
-    path = folder / f"{name}.pt"
-    _atomic_write(path, lambda f: torch.save(payload, f))
-    _atomic_write(folder / "latest", lambda f: f.write(name.encode()))
+def _checkpoints(directory: Path) -> list[Path]:
+    """Complete checkpoint files, oldest first."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if _NAME.match(p.name))
+
+
+def _frames_of(path: Path) -> int:
+    return int(_NAME.match(path.name).group(1))
+
+
+def save(
+    directory: str | os.PathLike,
+    frames: int,
+    payload: dict,
+    folders: dict | None = None,
+    keep: int = 3,
+) -> Path:
+    """Writes checkpoint ``frames`` (payload: tensors and plain containers; ``folders``: name ->
+    folder saver) atomically, points ``latest`` at it and keeps the newest ``keep``."""
+    global _writes
+    _writes += 1
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob(".*.tmp-*"):  # left by a killed write
+        if stale.is_dir():
+            shutil.rmtree(stale)
+        else:
+            stale.unlink()
+    stem = f"ckpt-{frames:012d}"
+    for name, saver in (folders or {}).items():
+        final, tmp = directory / f"{stem}.{name}", directory / f".{stem}.{name}.tmp-{os.getpid()}"
+        saver.save(tmp)
+        _fsync_tree(tmp)
+        if final.exists():  # an unreferenced leftover of a write that never got its pointer
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    path = directory / f"{stem}.pt"
+    body = {"format": FORMAT, "version": VERSION, **payload, "folders": sorted(folders or {})}
+    atomic_write(path, lambda f: torch.save(body, f), points=True)
+    _point("before_pointer")
+    atomic_write(directory / POINTER, lambda f: f.write(f"{path.name}\n".encode()))
+    _prune(directory, path, keep)
     return path
 
 
-def load_checkpoint(run_dir, name: str | None = None) -> dict:
-    """The checkpoint ``name`` (default: the latest) of the run in ``run_dir``."""
-    run_dir = Path(run_dir)
-    folder = run_dir / "checkpoints"
-    if not run_dir.is_dir():
-        raise UserError(f"run={run_dir}: no such folder; give a run folder (outputs/<date>/<time>)")
-    if name is None:
-        if not (folder / "latest").is_file():
+def _prune(directory: Path, current: Path, keep: int) -> None:
+    """Keeps the newest ``keep`` up to ``current``; drops any newer leftover of an abandoned
+    future (a resumed run rewrites that stretch)."""
+    frames = _frames_of(current)
+    files = _checkpoints(directory)
+    older = [p for p in files if _frames_of(p) <= frames]
+    doomed = older[:-keep] + [p for p in files if _frames_of(p) > frames]
+    for p in doomed:
+        for extra in directory.glob(f"{p.stem}.*"):
+            if extra.is_dir():
+                shutil.rmtree(extra)
+        p.unlink()
+
+
+def latest(directory: str | os.PathLike) -> Path | None:
+    """The checkpoint ``latest`` names (or, without a pointer, the newest complete file)."""
+    directory = Path(directory)
+    pointer = directory / POINTER
+    if pointer.is_file():
+        name = pointer.read_text().strip()
+        if not _NAME.match(name):
             raise UserError(
-                f"run={run_dir} holds no checkpoint (no checkpoints/latest): give the folder of "
-                "a finished training run"
+                f"{pointer} is corrupted (it names {name!r}): write the name of a checkpoint "
+                f"file of {directory} into it"
             )
-        name = (folder / "latest").read_text().strip()
-    path = folder / (name if name.endswith(".pt") else f"{name}.pt")
+        return directory / name
+    files = _checkpoints(directory)
+    return files[-1] if files else None
+
+
+def load(path: str | os.PathLike) -> dict:
+    """Loads a checkpoint file safely; every problem is a one-line UserError."""
+    path = Path(path)
     if not path.is_file():
-        have = sorted(p.stem for p in folder.glob("*.pt")) if folder.is_dir() else []
         raise UserError(
-            f"checkpoint {name!r} not found in {folder}: choose one of {have or 'none'}"
+            f"checkpoint {path} is missing (the 'latest' pointer names it): restore it, or put "
+            "the name of another checkpoint of that folder into 'latest'"
+        )
+    if not zipfile.is_zipfile(path):
+        raise UserError(
+            f"checkpoint {path} is truncated or not an rltool checkpoint (not a torch zip "
+            "archive): restore it, or put the name of an older checkpoint into 'latest'"
         )
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 - truncated, corrupt or unsafe (pickled objects)
-        raise UserError(f"checkpoint {path} cannot be loaded safely ({type(e).__name__})") from None
-    if not isinstance(ckpt, dict) or ckpt.get("format_version") != FORMAT_VERSION:
-        raise UserError(f"checkpoint {path} has an unknown format: retrain with this rltool")
-    return ckpt
+        body = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - each failure becomes one line
+        unsafe = re.search(r"GLOBAL (\S+)", str(e))
+        if unsafe:
+            raise UserError(
+                f"checkpoint {path} holds a pickled Python object ({unsafe.group(1)}) and was "
+                "refused unread: rltool loads tensors and plain containers only, and never runs "
+                "code from a file; use a checkpoint written by rltool"
+            ) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(
+            f"checkpoint {path} is truncated or corrupted ({first}): restore it, or put the "
+            "name of an older checkpoint into 'latest'"
+        ) from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise UserError(f"{path} is not an rltool checkpoint: resume from an rltool run folder")
+    if body.get("version") != VERSION:
+        raise UserError(
+            f"checkpoint {path} has format version {body.get('version')!r}; this rltool reads "
+            f"version {VERSION}: continue it with the rltool version that wrote it, or start a "
+            "new run"
+        )
+    for name in body["folders"]:
+        if not (path.parent / f"{path.stem}.{name}").is_dir():
+            raise UserError(
+                f"checkpoint {path} is incomplete: its folder {path.stem}.{name} is missing; "
+                "restore it, or put the name of an older checkpoint into 'latest'"
+            )
+    return body
+
+
+def load_folders(path: Path, folders: dict) -> None:
+    """Reads each folder saver's folder beside checkpoint ``path``."""
+    for name, saver in folders.items():
+        saver.load(path.parent / f"{path.stem}.{name}")

@@ -7,6 +7,7 @@ line and exits with status 2; ``--debug`` (or ``HYDRA_FULL_ERROR=1``) shows the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -16,7 +17,8 @@ from omegaconf import DictConfig
 
 from rltool import sweep
 from rltool.config import register_configs, to_config
-from rltool.errors import one_line
+from rltool.errors import RunStopped, one_line
+from rltool.resume import cleanup, resume_args
 from rltool.sweep import current_job, run_job
 
 
@@ -35,7 +37,14 @@ def train_app(dcfg: DictConfig) -> float | None:
     from rltool.train import train  # torch and friends load only once the config is valid
 
     job = current_job()
-    summary = run_job(job, lambda: train(to_config(dcfg), job.run_dir))
+
+    def fit(resume: bool) -> dict:
+        cfg = to_config(dcfg)
+        if resume:  # an interrupted multirun job continues from its latest checkpoint
+            cfg = dataclasses.replace(cfg, resume=str(job.run_dir))
+        return train(cfg, job.run_dir)
+
+    summary = run_job(job, fit)  # status.json; in a sweep: skip done, resume, record failures
     return (summary or {}).get("eval/return_mean")
 
 
@@ -105,10 +114,16 @@ def main(argv: list[str] | None = None) -> int:
     if debug:
         os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
-    sys.argv = [f"rltool-{name}", *rest]
+    tmp = None
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
+        if name == "train":  # resume=<run_dir>: compose from the run's saved config
+            rest, tmp = resume_args(rest)
+        sys.argv = [f"rltool-{name}", *rest]
         rc = COMMANDS[name][0]()
+    except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
+        print(f"rltool {name}: {e}", file=stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
         return 130
@@ -119,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stderr = stderr
+        cleanup(tmp)
         for k, v in env_before.items():  # main() may run again in this process (tests, API)
             if v is None:
                 os.environ.pop(k, None)

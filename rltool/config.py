@@ -7,6 +7,7 @@ turns the composed DictConfig into these objects, before anything is built.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ class EnvConfig:
     clip_obs: float = 10.0
 
     def __post_init__(self):
+        _check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
         _check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
         _choice("env.backend", self.backend, ("sync", "async"))
         _check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
@@ -141,6 +143,8 @@ class OptimConfig:
     eps: float = 1e-5
     anneal_lr: bool = False  # linear decay to 0 over total_frames
     max_grad_norm: float | None = 0.5
+    # steps with a non-finite loss or gradient are skipped; this many in a row stop the run
+    max_nonfinite_steps: int = 10
 
     def __post_init__(self):
         _check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
@@ -152,6 +156,12 @@ class OptimConfig:
                 self.max_grad_norm,
                 "must be > 0 or null",
             )
+        _check(
+            self.max_nonfinite_steps >= 1,
+            "optim.max_nonfinite_steps",
+            self.max_nonfinite_steps,
+            "must be >= 1",
+        )
 
 
 @dataclass
@@ -212,6 +222,24 @@ class EvalConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    """Checkpoints in <run_dir>/checkpoints, also written at the end and on SIGTERM / SIGINT."""
+
+    every_frames: int | None = 50_000  # null = only at the end and on a signal
+    keep: int = 3  # the newest this many are kept
+
+    def __post_init__(self):
+        if self.every_frames is not None:
+            _check(
+                self.every_frames >= 1,
+                "checkpoint.every_frames",
+                self.every_frames,
+                "must be >= 1 or null",
+            )
+        _check(self.keep >= 1, "checkpoint.keep", self.keep, "must be >= 1")
+
+
+@dataclass
 class Config:
     env: EnvConfig = MISSING
     policy: PolicyConfig = MISSING
@@ -220,6 +248,8 @@ class Config:
     optim: OptimConfig = MISSING
     logger: LoggerConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume: str | None = None  # a run folder to continue (rltool train resume=<run_dir>)
     seed: int = 0
     total_frames: int = 100_000
     num_threads: int = 1
@@ -260,5 +290,13 @@ def register_configs() -> None:
 
 
 def to_config(cfg: DictConfig) -> Config:
-    """The composed config as typed objects; raises ConfigError on an impossible value."""
+    """The composed config as typed objects; raises ConfigError on an unknown key or an impossible
+    value."""
+    known = {f.name for f in dataclasses.fields(Config)}
+    unknown = [k for k in cfg if k not in known]
+    if unknown:  # Hydra lets "+key=value" append to a structured config
+        raise ConfigError(
+            f"unknown config key '{unknown[0]}': check the spelling "
+            "(rltool train --cfg job lists every key)"
+        )
     return OmegaConf.to_object(cfg)

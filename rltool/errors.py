@@ -13,6 +13,20 @@ class ConfigError(UserError, ValueError):
     """A config value that is impossible or unsupported."""
 
 
+# exit codes of `rltool train` besides 0 (done) and 2 (bad input); see the README
+EXIT_DIVERGED = 3  # too many non-finite optimizer steps in a row
+EXIT_PREEMPTED = 75  # SIGTERM / SIGINT: checkpoint written, resume it (sysexits EX_TEMPFAIL)
+
+
+class RunStopped(Exception):
+    """The run stopped on purpose before its budget: the CLI prints the message (one line) and
+    exits with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def one_line(exc: BaseException) -> str:
     """A one-line message for any exception raised while composing or running a config."""
     if isinstance(exc, UserError):
@@ -21,9 +35,9 @@ def one_line(exc: BaseException) -> str:
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)
     if missing:
         group, name = missing.groups()
-        opts = re.search(r"Available options in '[^']+':\s*(.*?)(?:Config search|$)", text, re.S)
-        found = [n for n in opts.group(1).split() if not n.startswith("base_")] if opts else []
-        names = ", ".join(found) or "see rltool train --help"
+        opts = re.search(r"Available options in '[^']+':\s*\n((?:[ \t]+\S+\n?)+)", text)
+        names = [n for n in opts.group(1).split() if not n.startswith("base_")] if opts else []
+        names = ", ".join(names) or "see rltool train --help"
         hint = " (joblib, submitit: pip install 'rltool[sweep]')" if "launcher" in group else ""
         return f"unknown option {group}={name}: choose one of {names}{hint}"
     not_struct = re.search(r"Key '([^']+)' is not in struct", text)
@@ -32,10 +46,18 @@ def one_line(exc: BaseException) -> str:
             f"unknown config key '{_full_key(text) or not_struct.group(1)}': check the spelling"
             " (rltool train --cfg job lists every key)"
         )
+    not_in = re.search(r"Key '([^']+)' not in '([^']+)'", text)
+    if not_in:
+        return (
+            f"unknown config key '{_full_key(text) or not_in.group(1)}': check the spelling"
+            " (rltool train --cfg job lists every key)"
+        )
     conv = re.search(r"Value '([^']*)' (?:of type '[^']+' )?could not be converted to (\w+)", text)
     if conv:
         key = _full_key(text) or "a key"
-        return f"{key}={conv.group(1)!r} is invalid: expected a {conv.group(2).lower()}"
+        kind = conv.group(2).lower()
+        article = "an" if kind[0] in "aeiou" else "a"
+        return f"{key}={conv.group(1)!r} is invalid: expected {article} {kind}"
     cause = exc.__cause__
     if cause is not None and cause is not exc:
         return one_line(cause)

@@ -21,7 +21,7 @@ from rltool.errors import UserError
 @dataclass
 class EvalArgs:
     run: str = ""
-    checkpoint: str | None = None  # a name in <run>/checkpoints; default: the latest
+    checkpoint: str | None = None  # a file of <run>/checkpoints or its frames; default: latest
     episodes: int = 10
     num_envs: int | None = None  # default: min(episodes, 8)
     seed: int | None = None  # default: the run's seed + eval.seed_offset (training's eval seed)
@@ -121,7 +121,7 @@ def evaluate_run(args: EvalArgs) -> dict:
     stats = {k.removeprefix("eval/"): v for k, v in summarize(returns, lengths).items()}
     result = {
         "run": str(run_dir),
-        "checkpoint": args.checkpoint or "latest",
+        "checkpoint": restored.checkpoint,
         "frames": restored.frames,
         "seed": seed,
         "num_envs": n,

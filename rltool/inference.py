@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from rltool import checkpoint as ckpt
 from rltool import keys as K
-from rltool.checkpoint import load_checkpoint
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
 from rltool.envs.normalize import ObsNormalizer
@@ -46,6 +46,7 @@ class Restored:
     policy: torch.nn.Module
     obs_norm: ObsNormalizer | None
     frames: int
+    checkpoint: str  # the file's name
 
     def make_env(self, num_envs: int, **kwargs) -> VectorEnv:
         """An eval env: frozen shared normalisation, no reward scaling, sync backend."""
@@ -59,21 +60,49 @@ class Restored:
         )
 
 
+def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
+    """The latest checkpoint of ``run_dir``, or the one named by ``checkpoint``: a file name of
+    ``<run>/checkpoints`` (with or without .pt) or its frame count."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run={run_dir}: no such folder; give a run folder (outputs/<date>/<time>)")
+    folder = ckpt.checkpoint_dir(run_dir)
+    if checkpoint is None:
+        path = ckpt.latest(folder)
+        if path is None:
+            raise UserError(
+                f"run={run_dir} holds no checkpoint (nothing in {folder}): give the folder of a "
+                "training run that wrote one"
+            )
+        return path
+    name = f"ckpt-{int(checkpoint):012d}.pt" if checkpoint.isdigit() else checkpoint
+    path = folder / (name if name.endswith(".pt") else f"{name}.pt")
+    if not path.is_file():
+        have = sorted(p.stem for p in folder.glob("ckpt-*.pt")) if folder.is_dir() else []
+        raise UserError(
+            f"checkpoint {checkpoint!r} not found in {folder}: choose one of "
+            f"{', '.join(have) or 'none'} (or its frame count)"
+        )
+    return path
+
+
 def restore(run_dir, checkpoint: str | None = None) -> Restored:
-    """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint."""
-    ckpt = load_checkpoint(run_dir, checkpoint)
-    config = ckpt["config"]
+    """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
+    loaded with ``weights_only=True`` (:func:`rltool.checkpoint.load`)."""
+    path = checkpoint_path(run_dir, checkpoint)
+    body = ckpt.load(path)
+    config, state = body["config"], body["state"]
     env_cfg, policy_cfg = _typed(EnvConfig, config["env"]), _typed(PolicyConfig, config["policy"])
     obs_norm = None
-    if ckpt.get("obs_norm") is not None:
-        obs_norm = ObsNormalizer(tuple(ckpt["obs_norm"]["mean"].shape), clip=env_cfg.clip_obs)
-        obs_norm.load_state_dict(ckpt["obs_norm"])
+    if state.get("obs_norm") is not None:
+        obs_norm = ObsNormalizer(tuple(state["obs_norm"]["mean"].shape), clip=env_cfg.clip_obs)
+        obs_norm.load_state_dict(state["obs_norm"])
     probe = make_env(env_cfg, num_envs=1, obs_norm=obs_norm, training=False, backend="sync")
     specs = probe.specs
     probe.close()
     policy = make_policy(policy_cfg, specs, heads=("actor", "critic"))
     try:
-        policy.load_state_dict(ckpt["policy"])
+        policy.load_state_dict(state["policy"])
     except RuntimeError as e:
         raise UserError(
             f"the checkpoint of {run_dir} does not fit the policy its config describes "
@@ -81,7 +110,8 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
         ) from None
     policy.eval()
     policy.explore = False
-    return Restored(env_cfg, policy_cfg, config, policy, obs_norm, int(ckpt.get("frames", 0)))
+    frames = int(body["counters"]["frames"])
+    return Restored(env_cfg, policy_cfg, config, policy, obs_norm, frames, path.name)
 
 
 class LoadedPolicy:

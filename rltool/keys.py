@@ -1,8 +1,8 @@
 """Every TensorDict key of the data contract, named once (see DESIGN.md).
 
 Rollouts have batch dims [T, B] (time, env). Per element:
-observation [*obs]; is_init [1] bool; action [*act]; sample_log_prob [] ; logits [n] or loc/scale [*act];
-state_value [1]; action_value [n]; recurrent states [num_layers, hidden];
+observation [*obs]; is_init [1] bool; action [*act]; sample_log_prob []; logits [n] or
+loc / scale [*act]; state_value [1]; action_value [n]; recurrent states [num_layers, hidden];
 ("next", ...) holds what is true *after* the step.
 """
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
-from rltool.errors import UserError, one_line
+from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
+from rltool.resume import has_checkpoint
 
 STATUS_FILE = "status.json"
 
@@ -47,12 +48,9 @@ def write_status(run_dir: Path, **fields) -> dict:
     return status
 
 
-def restart_interrupted(run_dir: Path) -> None:
-    """A job whose status still says ``running`` was killed (preempted, requeued, Ctrl-C).
-
-    HOOK (issue 6, checkpoints): once ``rltool.checkpoint`` can continue a run in place, resume it
-    here from its latest checkpoint instead. Until then the job starts again from scratch, and
-    the interrupted metrics are kept aside as ``metrics.csv.interrupted-<n>`` (never deleted)."""
+def set_aside_metrics(run_dir: Path) -> None:
+    """An unfinished job without a checkpoint starts again from scratch: its old metrics are kept
+    aside as ``metrics.csv.interrupted-<n>`` (never deleted) so the new file starts clean."""
     old = Path(run_dir) / "metrics.csv"
     if old.exists():
         n = 1
@@ -83,11 +81,12 @@ def current_job() -> Job:
     )
 
 
-def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
-    """Runs ``fn`` (the training) under a status file. In a multirun: a job already done with the
-    same overrides is skipped, one left running / interrupted / failed starts again (see
-    :func:`restart_interrupted`), and a failure is recorded and reported instead of raised."""
-    prev = read_status(job.run_dir)
+def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
+    """Runs ``fn(resume)`` (the training) under a status file. In a multirun: a job already done
+    with the same overrides is skipped; one left running / interrupted / failed continues from its
+    latest checkpoint (``resume=True``) or, without one, starts again; a failure is recorded and
+    reported instead of raised, except a preemption (SIGTERM / SIGINT), which stops the sweep."""
+    prev, resume = read_status(job.run_dir), False
     if job.multirun and prev is not None:
         if prev.get("overrides") != job.overrides:
             # the folder's own record stays; the conflict is noted beside it for the summary
@@ -102,8 +101,10 @@ def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
         if prev.get("status") == "done":
             print(f"rltool: job {job.num} ({' '.join(job.overrides)}): done already, skipped")
             return _summary(job.run_dir)
-        if prev.get("status") in ("running", "interrupted", "failed"):
-            restart_interrupted(job.run_dir)
+        if has_checkpoint(job.run_dir):
+            resume = True
+        else:
+            set_aside_metrics(job.run_dir)
     write_status(
         job.run_dir,
         status="running",
@@ -116,7 +117,21 @@ def run_job(job: Job, fn: Callable[[], dict]) -> dict | None:
         ended=None,
     )
     try:
-        result = fn()
+        result = fn(resume)
+    except RunStopped as e:
+        if e.exit_code == 0:  # resumed at its budget: it had finished
+            write_status(job.run_dir, status="done", ended=_now())
+            return _summary(job.run_dir)
+        preempted = e.exit_code == EXIT_PREEMPTED
+        write_status(
+            job.run_dir,
+            status="interrupted" if preempted else "failed",
+            error=one_line(e),
+            ended=_now(),
+        )
+        if preempted or not job.multirun:  # a signal stops the sweep too; a re-run resumes
+            raise
+        return _fail(job, e, keep_status=True)
     except Exception as e:  # noqa: BLE001 - recorded; a sweep goes on, a single run re-raises
         if not job.multirun:
             write_status(job.run_dir, status="failed", error=one_line(e), ended=_now())

@@ -13,18 +13,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 
 from rltool import keys as K
-from rltool.checkpoint import save_checkpoint
 from rltool.collectors import Collector
 from rltool.config import Config
 from rltool.data import minibatches, resolve_sampler
 from rltool.envs import make_env
 from rltool.evaluate import evaluate
+from rltool.guard import NonFiniteGuard
 from rltool.logging import make_loggers
 from rltool.losses import PPOLoss, add_gae
 from rltool.modules import make_policy
+from rltool.session import Session
 
 
 def seed_everything(seed: int) -> None:
@@ -45,6 +45,7 @@ class Run:
     collector: Collector
     optimizer: torch.optim.Optimizer
     sampler: str
+    guard: NonFiniteGuard
 
 
 def build(cfg: Config) -> Run:
@@ -66,8 +67,12 @@ def build(cfg: Config) -> Run:
         cfg.loss.reduction,
     )
     collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=cfg.seed)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps)
-    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler)
+    # foreach: one kernel per op over all parameters, not a Python loop (CPU defaults to the loop)
+    optimizer = torch.optim.Adam(
+        policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps, foreach=True
+    )
+    guard = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
+    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler, guard)
 
 
 def update(run: Run, batch, progress: float) -> dict[str, float]:
@@ -77,20 +82,18 @@ def update(run: Run, batch, progress: float) -> dict[str, float]:
         group["lr"] = cfg.optim.lr * (1 - progress if cfg.optim.anneal_lr else 1)
     run.loss.clip_epsilon = cfg.loss.clip_epsilon * (1 - progress if cfg.loss.anneal_clip else 1)
     add_gae(batch, cfg.loss.gamma, cfg.loss.gae_lambda)
-    sums: dict[str, float] = {}
+    sums: dict[str, torch.Tensor] = {}
     for _ in range(cfg.loss.epochs):
         for mb in minibatches(batch, cfg.loss.num_minibatches, run.sampler):
             terms = run.loss(mb)
             total = sum(v for k, v in terms.items() if k.startswith("loss_"))
-            run.optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            if cfg.optim.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.optim.max_grad_norm)
-            run.optimizer.step()
+            run.guard.step(run.optimizer, total, run.policy.parameters(), cfg.optim.max_grad_norm)
             for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().mean().item()
+                sums[k] = sums.get(k, 0.0) + v.detach().mean()
     n = cfg.loss.epochs * cfg.loss.num_minibatches
-    return {k: v / n for k, v in sums.items()} | {"lr": run.optimizer.param_groups[0]["lr"]}
+    means = torch.stack(list(sums.values())).div(n).tolist()  # one sync, not one per term
+    extra = {"lr": run.optimizer.param_groups[0]["lr"], "nonfinite_steps": run.guard.take_skipped()}
+    return dict(zip(sums, means, strict=True)) | extra
 
 
 def episode_stats(batch) -> dict[str, float]:
@@ -103,46 +106,46 @@ def episode_stats(batch) -> dict[str, float]:
 
 
 def train(cfg: Config, run_dir: Path) -> dict[str, float]:
-    """Trains until ``total_frames``; writes metrics.csv and summary.json in ``run_dir``."""
+    """Trains until ``total_frames``; writes metrics.csv, checkpoints and summary.json in
+    ``run_dir``. Continues ``cfg.resume``'s latest checkpoint when set."""
     run = build(cfg)
-    resolved = OmegaConf.structured(cfg)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(resolved))
-    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, OmegaConf.to_container(resolved))
-    frames, next_eval, start = 0, cfg.eval.every_frames, time.perf_counter()
+    session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
+    c = session.counters  # frames, next_eval, ... (saved in checkpoints)
+    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
     eval_seed = cfg.seed + cfg.eval.seed_offset
     try:
-        while frames < cfg.total_frames:
+        while c.frames < cfg.total_frames:
             t0 = time.perf_counter()
             batch = run.collector.collect()
-            frames += batch.numel()
+            c.frames += batch.numel()
             t1 = time.perf_counter()
             row = {
-                "frames": frames,
+                "frames": c.frames,
                 **episode_stats(batch),
-                **update(run, batch, frames / cfg.total_frames),
+                **update(run, batch, session.progress()),
             }
             t2 = time.perf_counter()
-            if frames >= next_eval or frames >= cfg.total_frames:
+            if c.frames >= c.next_eval or c.frames >= cfg.total_frames:
                 row |= evaluate(run.policy, run.eval_env, eval_seed)
-                next_eval += cfg.eval.every_frames
+                c.next_eval += cfg.eval.every_frames
             t3 = time.perf_counter()
             row |= {
                 "time/collect_s": t1 - t0,
                 "time/update_s": t2 - t1,
                 "time/eval_s": t3 - t2,
-                "time_s": t3 - start,
-                "fps": frames / (t3 - start),
+                "time_s": session.elapsed(),
+                "fps": c.frames / session.elapsed(),
             }
             loggers.log(row)
+            session.end_iteration(row)  # checkpoint when due, at the end, or on a signal
     finally:
+        session.close()  # the signal handlers
         loggers.close()
         run.collector.close()
         run.eval_env.close()
-    # HOOK(issue 6): the checkpoint branch saves periodically and on signals; this is the final one
-    save_checkpoint(run_dir, run.policy, run.env.obs_norm, OmegaConf.to_container(resolved), frames)
     summary = {
-        "frames": frames,
-        "wall_time_s": time.perf_counter() - start,
+        "frames": c.frames,
+        "wall_time_s": session.elapsed(),
         **{k: v for k, v in row.items() if k.startswith("eval/")},
     }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

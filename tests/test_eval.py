@@ -148,13 +148,15 @@ def test_eval_bad_input_is_one_line(lstm_run, tmp_path, capsys):
     )
     one_error([f"run={lstm_run}", "episode=3"], "unknown argument 'episode=3'")
     one_error([f"run={lstm_run}", "checkpoint=nope"], "checkpoint 'nope' not found")
+    assert main(["eval", f"run={lstm_run}", "checkpoint=512", "episodes=1"]) == 0  # by frames
+    assert json.loads((lstm_run / "eval.json").read_text())["checkpoint"] == "ckpt-000000000512.pt"
     broken = tmp_path / "broken"
     shutil.copytree(lstm_run, broken)
     (ckpt,) = (broken / "checkpoints").glob("*.pt")
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # truncated
-    one_error([f"run={broken}"], "cannot be loaded safely")
+    one_error([f"run={broken}"], "is truncated")
     torch.save({"policy": FixedLength}, ckpt)  # a pickled class: refused, never run
-    one_error([f"run={broken}"], "cannot be loaded safely")
+    one_error([f"run={broken}"], "holds a pickled Python object")
 
 
 @pytest.mark.slow

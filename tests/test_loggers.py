@@ -58,10 +58,12 @@ def test_wandb_offline_records_read_back_and_resume_keeps_the_id(tmp_path):
     assert cfg["env"]["id"] == "CartPole-v1" and cfg["total_frames"] == 384
     assert cfg["logger"]["wandb"]["project"] == "rltool-test"
 
-    # a second launch into the same run folder (what resume= does) continues the same wandb run
-    assert main(args) == 0
+    # resume= with a larger budget continues the same wandb run, from the checkpoint's frames
+    assert main(["train", f"resume={run}", "total_frames=512"]) == 0
     assert (run / "wandb_id").read_text().strip() == rid
-    assert run_record(wandb_file(run, rid, 2)).run_id == rid
+    resumed = wandb_file(run, rid, 2)
+    assert run_record(resumed).run_id == rid
+    assert [r["frames"] for r in history(resumed)] == [512]
 
 
 def test_tensorboard_events_read_back_with_frames_as_step(tmp_path):

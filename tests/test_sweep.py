@@ -3,7 +3,9 @@ submitit_local launchers, report tables and plots from real (tiny) sweeps."""
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -109,18 +111,56 @@ def test_rerun_into_a_folder_of_another_sweep_is_refused(tmp_path, capsys):
     assert after == json.loads(before)  # the done record is kept
 
 
-def test_interrupted_job_restarts_and_keeps_its_old_metrics(tmp_path, capsys):
+def _unfinish(job: Path) -> None:
+    status = json.loads((job / "status.json").read_text())
+    (job / "status.json").write_text(json.dumps({**status, "status": "running"}))  # a kill
+
+
+def test_interrupted_job_resumes_from_its_checkpoint(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    args = [
+        "train",
+        "-m",
+        "seed=0",
+        *TINY,
+        "checkpoint.every_frames=128",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    assert main(args) == 0
+    job, ck = sweep / "0", sweep / "0" / "checkpoints"
+    full = csv_rows(job)
+    # as if killed between the checkpoint at 128 frames and the end
+    (ck / "ckpt-000000000256.pt").unlink()
+    (ck / "latest").write_text("ckpt-000000000128.pt\n")
+    (job / "summary.json").unlink()
+    _unfinish(job)
+    assert main(args) == 0
+    assert "resuming" in capsys.readouterr().err
+    assert json.loads((job / "status.json").read_text())["status"] == "done"
+    again = csv_rows(job)
+    drop = ("time/collect_s", "time/update_s", "time/eval_s", "time_s", "fps")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    assert strip(again) == strip(full)  # exact resume: the same rows, none duplicated
+    assert not list(job.glob("metrics.csv.interrupted-*"))
+
+
+def test_interrupted_job_without_checkpoint_restarts_and_keeps_old_metrics(tmp_path):
     sweep = tmp_path / "sweep"
     args = ["train", "-m", "seed=0", *TINY, f"hydra.sweep.dir={sweep}"]
     assert main(args) == 0
     job = sweep / "0"
-    status = json.loads((job / "status.json").read_text())
-    (job / "status.json").write_text(json.dumps({**status, "status": "running"}))  # a kill
+    shutil.rmtree(job / "checkpoints")  # killed before its first checkpoint
+    _unfinish(job)
     old = (job / "metrics.csv").read_text()
     assert main(args) == 0
     assert json.loads((job / "status.json").read_text())["status"] == "done"
     assert (job / "metrics.csv.interrupted-1").read_text() == old
     assert len((job / "metrics.csv").read_text().splitlines()) == len(old.splitlines())
+
+
+def csv_rows(run: Path) -> list[dict]:
+    with (run / "metrics.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
 
 
 def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):

@@ -219,6 +219,14 @@ class Collector:
         nv = L[(K.NEXT, K.STATE_VALUE)]
         nv.copy_(torch.where(L[(K.NEXT, K.TRUNCATED)], nv, following))
 
+    # ---- checkpoints: the carried root (observation, is_init, recurrent state, prev inputs) ----
+    def state_dict(self) -> dict:
+        return {"root": {k: v.clone() for k, v in self._root.items()}, "frames": self.frames}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._root = {k: v.to(self.env.device) for k, v in state["root"].items()}
+        self.frames = state["frames"]
+
     def __iter__(self):
         while True:
             yield self.collect()

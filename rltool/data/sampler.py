@@ -17,7 +17,7 @@ SAMPLERS = ("sequences", "steps")
 
 
 def resolve_sampler(sampler: str, recurrent: bool) -> str:
-    """ "auto" -> sequences for recurrent policies, steps otherwise; steps + recurrent is refused."""
+    """auto -> sequences for a recurrent policy, else steps; steps + recurrent is refused."""
     if sampler == "auto":
         return "sequences" if recurrent else "steps"
     if sampler == "steps" and recurrent:
@@ -35,7 +35,9 @@ def minibatches(
     generator: torch.Generator | None = None,
 ) -> Iterator[TensorDictBase]:
     """Yields ``num_minibatches`` disjoint minibatches covering ``batch`` once, in random order."""
-    if sampler == "sequences":
+    if num_minibatches == 1:  # the whole batch: order does not change a mean, skip the copy
+        yield batch
+    elif sampler == "sequences":
         n = batch.shape[1]
         if num_minibatches > n:
             raise ConfigError(

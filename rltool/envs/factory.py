@@ -35,7 +35,7 @@ def check_env_id(env_id: str) -> None:
                 "the folder that holds it or add it to PYTHONPATH"
             ) from None
     try:
-        gym.spec(env_id)
+        gym.spec(env_id.split(":", 1)[-1])
     except gym.error.Error as e:
         raise ConfigError(
             f"env.id={env_id!r} is not a registered gymnasium env ({e}); use a "

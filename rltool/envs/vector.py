@@ -1,9 +1,10 @@
 """A gymnasium vector env seen as a TensorDict env with batch size [num_envs].
 
-Gymnasium runs in SAME_STEP autoreset mode: a step that ends an episode returns the reset observation
-at once and the final one in ``info["final_obs"]``. We split them: ``("next", "observation")`` is the
-true final observation (what bootstrapping on truncation needs) and the root observation of the
-following step is the reset one, flagged ``is_init``. No transition crosses an episode boundary.
+Gymnasium runs in SAME_STEP autoreset mode: a step that ends an episode returns the reset
+observation at once and the final one in ``info["final_obs"]``. We split them:
+``("next", "observation")`` is the true final observation (what bootstrapping on truncation
+needs) and the root observation of the following step is the reset one, flagged ``is_init``.
+No transition crosses an episode boundary.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tensordict import TensorDict
 
 from rltool import keys as K
 from rltool.envs.normalize import ObsNormalizer, RewardScaler
+from rltool.envs.state import get_env_state, set_env_state
 from rltool.errors import ConfigError
 from rltool.specs import EnvSpecs, Spec
 
@@ -200,6 +202,30 @@ class VectorEnv:
             device=self.device,
         )
         return td, root
+
+    # ---- episodes in progress (exact resume; see envs/state.py) ----
+    def get_state(self) -> dict | None:
+        """Every sub-env's state, the episode counters and the reward scaler's running return, as
+        tensors and plain containers; None where a sub-env lacks the protocol or runs async."""
+        envs = getattr(self.vec_env, "envs", None)  # only the sync backend holds them here
+        states = [get_env_state(e) for e in envs] if envs is not None else [None]
+        if any(s is None for s in states):
+            return None
+        scaler = self.reward_scaler
+        return {
+            "envs": states,
+            "episode_return": torch.from_numpy(self._ep_return.copy()),
+            "episode_length": torch.from_numpy(self._ep_length.copy()),
+            "reward_return": scaler.ret.clone() if scaler is not None else None,
+        }
+
+    def set_state(self, state: dict) -> None:
+        for env, s in zip(self.vec_env.envs, state["envs"], strict=True):
+            set_env_state(env, s)
+        self._ep_return[:] = state["episode_return"].numpy()
+        self._ep_length[:] = state["episode_length"].numpy()
+        if self.reward_scaler is not None:
+            self.reward_scaler.ret = state["reward_return"].clone().double()
 
     def close(self) -> None:
         self.vec_env.close()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from rltool.config import LoggerConfig
 from rltool.errors import ConfigError
 from rltool.logging.csv import CSVLogger
@@ -27,11 +29,9 @@ class Loggers:
             lg.close()
 
 
-def make_loggers(
-    cfg: LoggerConfig, run_dir: Path, total_frames: int, config: dict | None = None
-) -> Loggers:
+def make_loggers(cfg: LoggerConfig, run_dir: Path, total_frames: int, config=None) -> Loggers:
     """Progress and CSV always; wandb / TensorBoard when their node is enabled. ``config``: the
-    resolved config as plain containers (recorded by wandb)."""
+    run's whole Config (wandb records it)."""
     loggers = [
         ProgressLogger(total_frames, cfg.progress, cfg.every_s),
         CSVLogger(Path(run_dir) / cfg.csv.filename),
@@ -44,7 +44,8 @@ def make_loggers(
         if cfg.wandb.enabled and cfg.wandb.mode != "disabled":
             from rltool.logging.wandb import WandbLogger
 
-            loggers.append(WandbLogger(cfg.wandb, run_dir, config))
+            plain = OmegaConf.to_container(OmegaConf.structured(config)) if config else None
+            loggers.append(WandbLogger(cfg.wandb, run_dir, plain))
     except ImportError as e:
         Loggers(loggers).close()
         raise ConfigError(

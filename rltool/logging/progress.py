@@ -27,20 +27,22 @@ class ProgressLogger:
         self.total, self.every_s, self.start = total_frames, every_s, time.perf_counter()
         live = mode == "auto" and self.stream.isatty()
         self.mode = "none" if mode == "none" else ("live" if live else "lines")
-        self._last_print, self._last_eval = -math.inf, None
+        self._last_print, self._last_eval, self._last_return = -math.inf, None, None
 
     def log(self, row: dict) -> None:
         if self.mode == "none":
             return
         if row.get("eval/return_mean") is not None and math.isfinite(row["eval/return_mean"]):
             self._last_eval = row["eval/return_mean"]
+        if row.get("train/return_mean") is not None and math.isfinite(row["train/return_mean"]):
+            self._last_return = row["train/return_mean"]  # batches without an episode end keep it
         frames, now = row["frames"], time.perf_counter()
         elapsed = now - self.start
         fps = row.get("fps", frames / max(elapsed, 1e-9))
         eta = (self.total - frames) / fps if fps > 0 else math.inf
         line = (
             f"frames {frames:,}/{self.total:,} ({100 * frames / self.total:3.0f}%) | "
-            f"{fps:,.0f} fps | return {_num(row.get('train/return_mean'))} | "
+            f"{fps:,.0f} fps | return {_num(self._last_return)} | "
             f"eval {_num(self._last_eval)} | ETA {_fmt_eta(eta)}"
         )
         final = frames >= self.total

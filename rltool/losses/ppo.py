@@ -1,10 +1,11 @@
 """PPO's clipped objective, as sub-losses that can each be called alone.
 
 Input: a rollout (or a minibatch of it) of batch [T, B] (or [N] for an MLP policy) holding
-``action``, ``sample_log_prob``, ``state_value``, ``advantage``, ``value_target`` and what the policy
-reads; an optional bool ``mask`` [.., 1] drops entries. The policy is re-run in temporal mode.
-``forward`` returns ``loss_actor``, ``loss_value``, ``loss_entropy`` (coefficients applied: the loop
-sums them) and the diagnostics ``approx_kl``, ``clip_fraction``, ``entropy``,
+``action``, ``sample_log_prob``, ``state_value``, ``advantage``, ``value_target`` and what the
+policy reads; an optional bool ``mask`` [.., 1] drops entries.
+The policy is re-run in temporal mode.
+``forward`` returns ``loss_actor``, ``loss_value``, ``loss_entropy`` (coefficients applied: the
+loop sums them) and the diagnostics ``approx_kl``, ``clip_fraction``, ``entropy``,
 ``explained_variance``.
 """
 

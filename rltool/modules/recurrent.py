@@ -8,9 +8,12 @@ Modes:
 - *sequential*: one step for a batch of any leading dims ``[*B]`` (acting); given a time dim, a
   Python loop of such steps (the debugging path).
 - *temporal*: a whole ``[T, *B]`` sequence at once: the columns are cut into segments at every
-  ``is_init``, the segments are padded side by side and every layer runs once, fused; the outputs
-  are scattered back. Per-step states (needed only by the TensorDict path) come from the layer
-  outputs and, for the LSTM cell state, from a parallel scan of ``c_t = f_t * c_{t-1} + i_t * g_t``.
+  ``is_init``, the segments become lanes sorted by length, and each layer runs as a few fused calls
+  over time chunks of the lanes still running (see :class:`_Lanes`); the outputs are gathered back.
+  Padding all segments to the longest costs ~4-6x the work at 2-10% resets, one call per reset
+  time ~40-130 calls: the chunks are chosen to minimise work + calls (scripts/bench_recurrent.py).
+  Per-step states (needed only by the TensorDict path) are the layer outputs and, for the LSTM
+  cell state, a parallel scan of ``c_t = f_t * c_{t-1} + i_t * g_t`` in the [T, B] layout.
 
 The mode is: ``sequential`` if the module is forced to it (config ``recurrent_mode=sequential``),
 else the active :func:`recurrent_mode` context, else the module's ``default_mode``.
@@ -18,13 +21,16 @@ else the active :func:`recurrent_mode` context, else the module's ``default_mode
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import math
 
+import numpy as np
 import torch
 from tensordict import TensorDictBase
 from torch import nn
+from torch.nn import functional as F
 
 from rltool import keys as K
 from rltool.ops import linear_scan
@@ -48,38 +54,86 @@ def recurrent_mode(mode: str):
         _ACTIVE_MODE.reset(token)
 
 
-class _Segments:
-    """Where the segments of a [T, N] ``is_init`` pattern sit in a padded [T_max, S] layout."""
+def _chunk_bounds(length: list[int], call_cost: float) -> tuple[list[int], list[int]]:
+    """Time bounds ``[0, .., max(length)]`` and lane counts of the chunks that minimise the
+    estimated cost ``sum_k(len_k * n_k + call_cost)`` (in lane-steps). ``length`` is sorted
+    descending. Dynamic programming over the distinct lengths (a bound elsewhere never helps):
+    ``best[j] = min_i best[i] + (pts[j] - pts[i]) * alive[i] + call_cost``, a minimum of lines in
+    ``pts[j]`` with falling slopes queried at rising x, so a monotone convex hull makes it O(m)."""
+    asc = length[::-1]
+    pts = [0, *sorted(set(length))]
+    alive = [len(asc) - bisect.bisect_right(asc, a) for a in pts]  # lanes running after pts[i]
+    at = lambda line, x: line[0] * x + line[1]
+    best, prev, hull, k = [0.0], [0], [], 0
+    for j in range(1, len(pts)):
+        new = (alive[j - 1], best[j - 1] - pts[j - 1] * alive[j - 1], j - 1)
+        while len(hull) > 1 and (new[1] - hull[-2][1]) * (hull[-2][0] - hull[-1][0]) <= (
+            hull[-1][1] - hull[-2][1]
+        ) * (hull[-2][0] - new[0]):
+            hull.pop()  # the last line is never below both neighbours
+        hull.append(new)
+        k = min(k, len(hull) - 2)
+        while k + 1 < len(hull) and at(hull[k + 1], pts[j]) <= at(hull[k], pts[j]):
+            k += 1
+        best.append(at(hull[k], pts[j]) + call_cost)
+        prev.append(hull[k][2])
+    bounds = [len(pts) - 1]
+    while bounds[-1]:
+        bounds.append(prev[bounds[-1]])
+    bounds.reverse()
+    return [pts[b] for b in bounds], [alive[b] for b in bounds[:-1]]
 
-    def __init__(self, init: torch.Tensor):
+
+class _Lanes:
+    """The segments of a [T, N] ``is_init`` pattern as lanes sorted by length, longest first, run
+    in a few time chunks: chunk k covers steps [a_k, a_{k+1}) of the n_k lanes still running (a
+    prefix), so the work is close to T * N lane-steps, like a packed sequence, while each chunk is
+    one fused call. A lane's state at the end of a chunk starts the next one; lanes that begin a
+    column continue its stored state, the others start from zeros. The indices are built on the
+    host (numpy): a few small ops, each far cheaper than a torch op."""
+
+    def __init__(self, init: torch.Tensor, call_cost: float):
         T, N = init.shape
-        starts = init.T.clone()
+        starts = init.T.cpu().numpy().copy()
         starts[:, 0] = True
-        flat = starts.reshape(-1)  # column-major: index n * T + t
-        self.seg = flat.cumsum(0) - 1
-        start_idx = flat.nonzero().squeeze(1)
-        self.pos = torch.arange(N * T, device=init.device) - start_idx[self.seg]
-        self.num = int(start_idx.numel())
-        self.t_max = int(torch.bincount(self.seg).max())
-        self.first = (start_idx % T) == 0  # segments that start at t=0 continue the stored state
-        self.col = start_idx // T
+        first = np.flatnonzero(starts)  # column-major n * T + t of each segment's first step
+        length = np.diff(first, append=N * T)
+        order = np.argsort(-length, kind="stable")
+        length, first = length[order], first[order]
+        t0, col = first % T, first // T
+        start = t0 * N + col  # time-major index of each lane's first step
+        bounds, self.counts = _chunk_bounds(length.tolist(), call_cost)
+        self.steps = np.diff(bounds).tolist()
+        src = []
+        for a, b, n in zip(bounds[:-1], bounds[1:], self.counts, strict=True):
+            p = np.arange(a, b)[:, None]
+            src.append(np.where(p < length[:n], start[:n] + p * N, T * N).reshape(-1))
+        src = np.concatenate(src)  # chunk buffer row -> time-major step (T * N: padding)
+        dst = np.empty(T * N, dtype=np.int64)
+        valid = np.flatnonzero(src < T * N)
+        dst[src[valid]] = valid  # time-major step -> chunk buffer row
+        init_src = np.where(t0 == 0, col, N)  # stored state of the column, or zeros
+        to = lambda a: torch.from_numpy(a).to(init.device)
+        self.src, self.dst, self.init_src = to(src), to(dst), to(init_src)
         self.T, self.N = T, N
 
-    def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """[T, N, *f] -> [T_max, S, *f]."""
-        out = x.new_zeros(self.t_max, self.num, *x.shape[2:])
-        out[self.pos, self.seg] = x.transpose(0, 1).reshape(self.T * self.N, *x.shape[2:])
-        return out
+    def split(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """[T, N, F] -> chunk inputs [len_k, n_k, F]."""
+        flat = torch.cat([x.reshape(self.T * self.N, -1), x.new_zeros(1, x.shape[-1])])
+        buf = flat.index_select(0, self.src).split([s * n for s, n in self._shapes()])
+        return [b.view(s, n, -1) for b, (s, n) in zip(buf, self._shapes(), strict=True)]
 
-    def unpad(self, y: torch.Tensor) -> torch.Tensor:
-        """[T_max, S, *f] -> [T, N, *f]."""
-        return y[self.pos, self.seg].reshape(self.N, self.T, *y.shape[2:]).transpose(0, 1)
+    def merge(self, ys: list[torch.Tensor]) -> torch.Tensor:
+        """Chunk outputs [len_k, n_k, H] -> [T, N, H]."""
+        buf = torch.cat([y.reshape(-1, y.shape[-1]) for y in ys])
+        return buf.index_select(0, self.dst).view(self.T, self.N, -1)
 
     def initial(self, s: torch.Tensor) -> torch.Tensor:
-        """Stored states of the columns [N, *f] -> initial states of the segments [S, *f]."""
-        out = s.new_zeros(self.num, *s.shape[1:])
-        out[self.first] = s[self.col[self.first]]
-        return out
+        """Stored states of the columns [N, H] -> initial states of the lanes [1, S, H]."""
+        return torch.cat([s, s.new_zeros(1, s.shape[-1])]).index_select(0, self.init_src)[None]
+
+    def _shapes(self):
+        return zip(self.steps, self.counts, strict=True)
 
 
 class RecurrentModule(nn.Module):
@@ -110,6 +164,7 @@ class RecurrentModule(nn.Module):
         self.in_keys, self.out_keys = list(in_keys), list(out_keys)
         self.state_keys = list(state_keys or self.default_state_keys)
         self.default_mode, self.force_sequential = default_mode, force_sequential
+        self.call_cost = 128.0  # a fused call costs about as much as this many lane-steps (CPU)
 
     @property
     def state_specs(self) -> dict:
@@ -154,12 +209,13 @@ class RecurrentModule(nn.Module):
         lead, n = x.shape[:-1], math.prod(x.shape[:-1])
         reset = is_init.reshape(n, 1, 1)
         states = [s.reshape(n, *s.shape[-2:]).masked_fill(reset, 0.0) for s in states]
-        h, per_layer = x.reshape(1, n, x.shape[-1]), []
+        h, per_layer = x.reshape(n, x.shape[-1]), []
         for i, layer in enumerate(self.layers):
-            h, hn = layer(h, self._layer_state(states, i))
+            hn = self._cell(layer, h, tuple(s[:, i] for s in states))
             per_layer.append(hn)
-        nxt = self._stack_states(per_layer)
-        return h[0].reshape(*lead, -1), tuple(s.reshape(*lead, *s.shape[-2:]) for s in nxt)
+            h = hn[0]
+        nxt = [torch.stack([hn[k] for hn in per_layer], 1) for k in range(len(states))]
+        return h.reshape(*lead, -1), tuple(s.reshape(*lead, *s.shape[-2:]) for s in nxt)
 
     def _loop(self, x, states, is_init):
         ys, nxts = [], []
@@ -170,30 +226,46 @@ class RecurrentModule(nn.Module):
         return torch.stack(ys), tuple(torch.stack(s) for s in zip(*nxts, strict=True))
 
     def _temporal(self, x, states, is_init, need_states):
+        """x [T, N, F], states at t=0 [N, L, H], is_init [T, N]."""
         states = [s.masked_fill(is_init[0].view(-1, 1, 1), 0.0) for s in states]
-        seg = _Segments(is_init) if bool(is_init[1:].any()) else None
-        h = seg.pad(x) if seg else x
-        init = [seg.initial(s) for s in states] if seg else states
-        per_layer = []
+        lanes = _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
+        h = lanes.split(x) if lanes else [x]
+        layer_io = [x]  # every layer's input and output as [T, N, .] (per-step states only)
         for i, layer in enumerate(self.layers):
-            h_in = h
-            h, _ = layer(h_in, self._layer_state(init, i))
+            init = tuple(s[:, i] for s in states)
+            state = tuple(lanes.initial(s) for s in init) if lanes else tuple(s[None] for s in init)
+            outs = []
+            for inp in h:  # one fused call per chunk; the lanes still running are a prefix
+                out, state = self._call(layer, inp, tuple(s[:, : inp.shape[1]] for s in state))
+                outs.append(out)
+            h = outs
             if need_states:
-                per_layer.append(self._sequence_states(layer, h_in, h, init, i))
-        y = seg.unpad(h) if seg else h
+                layer_io.append(lanes.merge(h) if lanes else h[0])
+        y = lanes.merge(h) if lanes else h[0]
         if not need_states:
             return y, None
-        nxt = [torch.stack(s, -2) for s in zip(*per_layer, strict=True)]  # [T', S, L, H]
-        return y, tuple(seg.unpad(s) if seg else s for s in nxt)
+        keep = (~is_init).unsqueeze(-1).to(x.dtype)
+        per_layer = [
+            self._sequence_states(
+                layer, layer_io[i], layer_io[i + 1], [s[:, i] for s in states], keep
+            )
+            for i, layer in enumerate(self.layers)
+        ]
+        return y, tuple(torch.stack(s, -2) for s in zip(*per_layer, strict=True))  # [T, N, L, H]
 
     # ---- cell specifics ----
-    def _layer_state(self, states, i):
+    def _cell(self, layer, x, state):
+        """One step on the layer's weights (the bare cell: a fused call costs ~10x more per
+        step): x [n, F], state tuple of [n, H] -> the state after it (h first)."""
         raise NotImplementedError
 
-    def _stack_states(self, per_layer):
+    def _call(self, layer, x, state):
+        """One fused call: x [T', n, F], state tuple of [1, n, H] -> y, the state after it."""
         raise NotImplementedError
 
-    def _sequence_states(self, layer, h_in, h_out, init, i):
+    def _sequence_states(self, layer, x, y, init, keep):
+        """Per-step states of one layer from its input x and output y [T, N, .], the states at
+        t=0 init [N, H] (zero where reset) and keep [T, N, 1] (0 at resets)."""
         raise NotImplementedError
 
     # ---- TensorDict level ----
@@ -222,38 +294,40 @@ class LSTMModule(RecurrentModule):
     rnn_cls = nn.LSTM
     default_state_keys = (K.RECURRENT_STATE_H, K.RECURRENT_STATE_C)
 
-    def _layer_state(self, states, i):
-        h, c = states
-        return h[:, i].unsqueeze(0).contiguous(), c[:, i].unsqueeze(0).contiguous()
+    def _call(self, layer, x, state):
+        y, (h, c) = layer(x, state)
+        return y, (h, c)
 
-    def _stack_states(self, per_layer):
-        return (
-            torch.stack([hn[0][0] for hn in per_layer], 1),
-            torch.stack([hn[1][0] for hn in per_layer], 1),
+    def _cell(self, layer, x, state):
+        w = (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)
+        return torch.lstm_cell(x, state, *w)
+
+    def _sequence_states(self, layer, x, y, init, keep):
+        # the cell state is not returned per step: recompute the gates from the known h_{t-1}
+        # and solve c_t = f_t * c_{t-1} + i_t * g_t by a parallel scan, f_t zeroed at resets
+        h0, c0 = init
+        h_prev = torch.cat([h0.unsqueeze(0), y[:-1]]) * keep
+        gates = F.linear(x, layer.weight_ih_l0, layer.bias_ih_l0) + F.linear(
+            h_prev, layer.weight_hh_l0, layer.bias_hh_l0
         )
-
-    def _sequence_states(self, layer, h_in, h_out, init, i):
-        h0, c0 = init[0][:, i], init[1][:, i]
-        h_prev = torch.cat([h0.unsqueeze(0), h_out[:-1]])
-        gates = torch.nn.functional.linear(
-            h_in, layer.weight_ih_l0, layer.bias_ih_l0
-        ) + torch.nn.functional.linear(h_prev, layer.weight_hh_l0, layer.bias_hh_l0)
         gi, gf, gg, _ = gates.chunk(4, -1)
-        f = torch.sigmoid(gf)
+        f = torch.sigmoid(gf) * keep
         u = torch.sigmoid(gi) * torch.tanh(gg)
         u = torch.cat([(u[0] + f[0] * c0).unsqueeze(0), u[1:]])
-        return h_out, linear_scan(f, u)
+        return y, linear_scan(f, u)
 
 
 class GRUModule(RecurrentModule):
     rnn_cls = nn.GRU
     default_state_keys = (K.RECURRENT_STATE_H,)
 
-    def _layer_state(self, states, i):
-        return states[0][:, i].unsqueeze(0).contiguous()
+    def _call(self, layer, x, state):
+        y, h = layer(x, state[0])
+        return y, (h,)
 
-    def _stack_states(self, per_layer):
-        return (torch.stack([hn[0] for hn in per_layer], 1),)
+    def _cell(self, layer, x, state):
+        w = (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)
+        return (torch.gru_cell(x, state[0], *w),)
 
-    def _sequence_states(self, layer, h_in, h_out, init, i):
-        return (h_out,)
+    def _sequence_states(self, layer, x, y, init, keep):
+        return (y,)

@@ -1,0 +1,146 @@
+"""``rltool train resume=<run_dir>``: the dispatcher's side, before Hydra starts (no torch here).
+
+The run's config is composed from ``<run_dir>/config.yaml`` (written when the run started, updated
+only when a resume changes a safe key): each config group is set to its bare schema and the saved
+values are applied on top as a global overlay (a temporary config group ``rltool_resume``), then the
+user's overrides, which may only touch :data:`SAFE_KEYS`. Hydra runs in ``run_dir`` and writes no
+``.hydra/`` folder, so the record of the original launch stays intact.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from rltool.errors import UserError
+
+# keys a resume may change: the budget, logging, checkpointing, evaluation cadence, threads
+SAFE_KEYS = (
+    "total_frames",
+    "num_threads",
+    "eval.every_frames",
+    "eval.episodes",
+    "logger",
+    "checkpoint",
+    "resume",
+)
+_REFUSED_FLAGS = ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-path")
+
+
+def is_safe(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in SAFE_KEYS)
+
+
+def _key(arg: str) -> str:
+    return arg.split("=", 1)[0].lstrip("+~")
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    ck = run_dir / "checkpoints"
+    return ck.is_dir() and any(
+        p.name == "latest" or (p.name.startswith("ckpt-") and p.suffix == ".pt")
+        for p in ck.iterdir()
+    )
+
+
+def resume_args(args: list[str]) -> tuple[list[str], str | None]:
+    """``rltool train`` args -> (args for Hydra, a temp folder to delete afterwards or None).
+
+    Without ``resume=``, refuses an explicit ``hydra.run.dir`` that already holds a checkpoint."""
+    resume = [a for a in args if _key(a) == "resume" and a.split("=", 1)[1] not in ("", "null")]
+    if not resume:
+        for a in args:
+            if _key(a) == "hydra.run.dir" and has_checkpoint(Path(a.split("=", 1)[1])):
+                run_dir = a.split("=", 1)[1]
+                raise UserError(
+                    f"{run_dir} already holds a checkpoint: continue that run with "
+                    f"rltool train resume={run_dir}, or choose another hydra.run.dir"
+                )
+        return args, None
+    if len(resume) > 1:
+        raise UserError("resume= is given more than once: give one run folder")
+    run_dir = _check_run_dir(resume[0].split("=", 1)[1])
+    rest = [a for a in args if a not in resume]
+    for a in rest:
+        if a.split("=", 1)[0] in _REFUSED_FLAGS:
+            raise UserError(
+                f"{a} cannot be used with resume=: a resume continues one run with its own config"
+            )
+        if not a.startswith("-") and "=" in a and not is_safe(_key(a)):
+            raise UserError(
+                f"{_key(a)} cannot change when resuming (only {', '.join(SAFE_KEYS[:-1])} may): "
+                "start a new run to change it"
+            )
+    saved = _saved_config(run_dir)
+    user_keys = {_key(a) for a in rest if "=" in a}
+    tmp = Path(tempfile.mkdtemp(prefix="rltool-resume-"))
+    overlay = {k: v for k, v in saved.items() if k != "resume" and k not in user_keys}
+    (tmp / "rltool_resume").mkdir()
+    (tmp / "rltool_resume" / "run.yaml").write_text(
+        "# @package _global_\n" + OmegaConf.to_yaml(OmegaConf.create(overlay))
+    )
+    bases = [f"{g}={b}" for g, b in _bases(saved).items() if g not in user_keys]
+    return [  # flags (--cfg job, ...) come last for Hydra's parser
+        *bases,
+        f"hydra.searchpath=[file://{tmp}]",
+        "+rltool_resume=run",
+        f"hydra.run.dir={run_dir}",
+        "hydra.output_subdir=null",
+        f"resume={run_dir}",
+        *rest,
+    ], str(tmp)
+
+
+def cleanup(tmp: str | None) -> None:
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _check_run_dir(value: str) -> Path:
+    run_dir = Path(value).expanduser().resolve()
+    if not run_dir.is_dir():
+        raise UserError(
+            f"resume={value}: no such folder: give the folder of the run (the one holding "
+            "config.yaml and checkpoints/)"
+        )
+    if not (run_dir / "config.yaml").is_file():
+        raise UserError(
+            f"resume={value}: {run_dir} is not an rltool run folder (no config.yaml): give the "
+            "folder that `rltool train` wrote"
+        )
+    if not has_checkpoint(run_dir):
+        raise UserError(
+            f"resume={value}: {run_dir} holds no checkpoint (the run stopped before its first "
+            "one; see checkpoint.every_frames): start the run again"
+        )
+    return run_dir
+
+
+def _saved_config(run_dir: Path) -> dict:
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+    except Exception as e:  # noqa: BLE001 - a broken file is one line
+        raise UserError(f"{run_dir}/config.yaml is not readable YAML ({e}): restore it") from None
+    if not isinstance(saved, dict):
+        raise UserError(f"{run_dir / 'config.yaml'} does not hold a config: restore it")
+    return saved
+
+
+def _bases(saved: dict) -> dict[str, str]:
+    """Each config group of the saved config -> its bare schema (base_<group>, or
+    base_<name> for groups whose schema depends on the option, like loss)."""
+    repo = ConfigStore.instance().repo
+    out = {}
+    for group, value in saved.items():
+        options = repo.get(group)
+        if not isinstance(options, dict) or not isinstance(value, dict):
+            continue
+        for name in (f"base_{group}", f"base_{value.get('name')}"):
+            if f"{name}.yaml" in options:
+                out[group] = name
+                break
+    return out

@@ -1,0 +1,314 @@
+"""A training session around the loop: start or resume, counters and the annealing schedule,
+checkpoints (periodic, final, on SIGTERM / SIGINT), exact resume.
+
+What a checkpoint holds (see :func:`state_parts`): the model, the optimizer, the non-finite guard,
+the normalisation statistics, the episodes in progress (env state + the collector's carried root),
+plus the counters, the schedule anchor, the RNG states of python / numpy / torch, and the resolved
+config. DQN parts (target network, exploration schedule, replay buffer) plug in there.
+
+Schedule rule: ``progress = p0 + (1 - p0) * (frames - f0) / (total_frames - f0)``, anchored at
+(f0, p0) = (0, 0). A resume that changes ``total_frames`` re-anchors at the checkpoint: (frames,
+progress there), so annealed values continue from where they were and reach 0 at the new budget.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from rltool import checkpoint as ckpt
+from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
+from rltool.resume import is_safe
+
+
+@dataclasses.dataclass
+class Counters:
+    frames: int = 0
+    updates: int = 0
+    episodes: int = 0
+    next_eval: int = 0
+    elapsed_s: float = 0.0
+    anchor_frames: int = 0  # the schedule's anchor (see the module docstring)
+    anchor_progress: float = 0.0
+    total_frames: int = 1  # the budget the anchor refers to
+
+
+def rng_state() -> dict:
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [name, torch.from_numpy(key.astype(np.int64)), pos, has_gauss, cached],
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    name, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, key.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Episodes:
+    """The episodes in progress: every env's state and the collector's carried root. Without the
+    env state protocol, a resume starts fresh episodes (with a warning)."""
+
+    def __init__(self, env, collector, env_id: str):
+        self.env, self.collector, self.env_id = env, collector, env_id
+
+    def state_dict(self) -> dict:
+        return {"env": self.env.get_state(), "collector": self.collector.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["env"] is None or self.env.get_state() is None:
+            warnings.warn(
+                f"env {self.env_id} cannot save its state (no get_state/set_state, or the async "
+                "backend): the resumed run starts fresh episodes, so it is not an exact replay",
+                stacklevel=2,
+            )
+            if self.env.reward_scaler is not None:  # its running return belonged to old episodes
+                self.env.reward_scaler.ret.zero_()
+            self.collector.frames = state["collector"]["frames"]
+            return
+        self.env.set_state(state["env"])
+        self.collector.load_state_dict(state["collector"])
+
+
+def state_parts(run) -> tuple[dict, dict]:
+    """(stateful objects by name, folder savers by name) of a run."""
+    parts = {"policy": run.policy, "optimizer": run.optimizer, "guard": run.guard}
+    if run.env.obs_norm is not None:
+        parts["obs_norm"] = run.env.obs_norm
+    if run.env.reward_scaler is not None:
+        parts["reward_scaler"] = run.env.reward_scaler
+    parts["episodes"] = Episodes(run.env, run.collector, run.cfg.env.id)  # after the normalisers
+    folders = {}
+    # DQN plugs in here: parts["target"] = <target net>, parts["exploration"] = <schedule>,
+    # folders["buffer"] = <replay buffer with save(path) / load(path)>
+    return parts, folders
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out |= _flat(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _plain(cfg) -> dict:
+    return OmegaConf.to_container(OmegaConf.structured(cfg))
+
+
+class Session:
+    """Counters, schedule, checkpoints and signals of one run (see :meth:`start`)."""
+
+    def __init__(self, run, run_dir: Path, counters: Counters):
+        self.run, self.cfg, self.run_dir = run, run.cfg, Path(run_dir)
+        self.dir = ckpt.checkpoint_dir(run_dir)
+        self.counters, self.last_saved = counters, counters.frames
+        self._t0, self._base_s = time.perf_counter(), counters.elapsed_s
+        self.stop_signal: int | None = None
+        self._install_signals()
+
+    # ---- start / resume ----
+    @classmethod
+    def start(cls, run, run_dir: Path) -> Session:
+        """A fresh session (refusing a folder that holds a checkpoint), or the state of
+        ``cfg.resume``'s latest checkpoint loaded into ``run``. Checks everything before
+        changing any file."""
+        cfg = run.cfg
+        if cfg.resume is None:
+            found = ckpt.latest(ckpt.checkpoint_dir(run_dir))
+            if found is not None:
+                raise UserError(
+                    f"{run_dir} already holds a checkpoint ({found.name}): continue it with "
+                    f"rltool train resume={run_dir}, or choose another hydra.run.dir"
+                )
+            (Path(run_dir) / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
+            c = Counters(next_eval=cfg.eval.every_frames, total_frames=cfg.total_frames)
+            return cls(run, run_dir, c)
+        path = ckpt.latest(ckpt.checkpoint_dir(run_dir))
+        if path is None:
+            raise UserError(f"resume={cfg.resume}: no checkpoint in {run_dir}: start a new run")
+        body = ckpt.load(path)
+        cls._check_config(body["config"], _plain(cfg), path)
+        parts, folders = state_parts(run)
+        try:
+            for name, obj in parts.items():
+                obj.load_state_dict(body["state"][name])
+            ckpt.load_folders(path, folders)
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
+            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
+            raise UserError(
+                f"checkpoint {path} does not fit this run ({first.strip()}): it was written by a "
+                "different model or rltool version; start a new run"
+            ) from None
+        c = Counters(**body["counters"])
+        if c.frames >= cfg.total_frames:
+            raise RunStopped(
+                f"the run in {run_dir} already reached {c.frames:,} frames (total_frames="
+                f"{cfg.total_frames:,}): nothing to do; extend it with total_frames=<more>",
+                0,
+            )
+        if c.total_frames != cfg.total_frames:  # a new budget: re-anchor, never jump
+            p = progress(c, c.frames)
+            c.anchor_frames, c.anchor_progress, c.total_frames = c.frames, p, cfg.total_frames
+        _truncate_metrics(Path(run_dir) / cfg.logger.csv.filename, c.frames)
+        record = _plain(dataclasses.replace(cfg, resume=None))
+        if OmegaConf.to_container(OmegaConf.load(Path(run_dir) / "config.yaml")) != record:
+            ckpt.atomic_write(
+                Path(run_dir) / "config.yaml", lambda f: f.write(OmegaConf.to_yaml(record).encode())
+            )
+        set_rng_state(body["rng"])  # last: nothing after this may draw random numbers
+        print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
+        return cls(run, run_dir, c)
+
+    @staticmethod
+    def _check_config(saved: dict, current: dict, path: Path) -> None:
+        old, new = _flat(saved), _flat(current)
+        diffs = [k for k in old if k in new and not is_safe(k) and old[k] != new[k]]
+        if diffs:
+            k = diffs[0]
+            more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+            raise UserError(
+                f"checkpoint {path} was written with {k}={old[k]!r} but the run's config says "
+                f"{new[k]!r}{more}: restore {path.parent.parent / 'config.yaml'}, or start a "
+                "new run"
+            )
+
+    # ---- the loop's side ----
+    def progress(self) -> float:
+        """Schedule progress in [0, 1] for the update at the current frame count."""
+        return progress(self.counters, self.counters.frames)
+
+    def elapsed(self) -> float:
+        return self._base_s + time.perf_counter() - self._t0
+
+    def end_iteration(self, row: dict) -> None:
+        """Counts the iteration; writes a checkpoint when due, at the end of the budget or after
+        a signal (then stops the run with exit code 75)."""
+        c, every = self.counters, self.cfg.checkpoint.every_frames
+        c.updates += 1
+        c.episodes += int(row.get("train/episodes", 0))
+        due = every is not None and c.frames // every > self.last_saved // every
+        if due or c.frames >= self.cfg.total_frames or self.stop_signal is not None:
+            path = self.save()
+        if self.stop_signal is not None and c.frames < self.cfg.total_frames:
+            name = signal.Signals(self.stop_signal).name
+            raise RunStopped(
+                f"stopped by {name} at {c.frames:,} frames; checkpoint {path} written; "
+                f"continue with: rltool train resume={self.run_dir}",
+                EXIT_PREEMPTED,
+            )
+
+    def save(self) -> Path:
+        """Writes a checkpoint of the run now (never a non-finite model)."""
+        parts, folders = state_parts(self.run)
+        state = {name: obj.state_dict() for name, obj in parts.items()}
+        if not all(torch.isfinite(t).all() for t in _tensors(state["policy"])):
+            raise RunStopped(
+                f"stopped: the model holds inf/nan at {self.counters.frames:,} frames; the last "
+                f"good checkpoint is kept in {self.dir}: lower optim.lr or set optim.max_grad_norm",
+                EXIT_DIVERGED,
+            )
+        counters = dataclasses.replace(self.counters, elapsed_s=self.elapsed())
+        payload = {
+            "counters": dataclasses.asdict(counters),
+            "config": _plain(self.cfg),
+            "rng": rng_state(),
+            "state": state,
+        }
+        _fsync(self.run_dir / self.cfg.logger.csv.filename)  # its rows up to here survive too
+        path = ckpt.save(self.dir, self.counters.frames, payload, folders, self.cfg.checkpoint.keep)
+        self.last_saved = self.counters.frames
+        return path
+
+    def _install_signals(self) -> None:
+        """SIGTERM / SIGINT: finish the iteration, checkpoint, stop (exit 75); a second one
+        exits at once (128 + signal number) and leaves the last checkpoint as it is."""
+        self._old_handlers = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum, _frame):
+            name = signal.Signals(signum).name
+            if self.stop_signal is None:
+                self.stop_signal = signum
+                print(
+                    f"\nrltool: {name}: finishing this update, then writing a checkpoint "
+                    f"({name} again exits at once)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
+            print(f"\nrltool: second {name}: exiting now, no new checkpoint", file=sys.stderr)
+            raise SystemExit(128 + signum)
+
+        for s in (signal.SIGTERM, signal.SIGINT):
+            self._old_handlers[s] = signal.signal(s, handler)
+
+    def close(self) -> None:
+        """Gives the signals back to their previous handlers."""
+        for s, h in self._old_handlers.items():
+            signal.signal(s, h)
+        self._old_handlers = {}
+
+
+def progress(c: Counters, frames: int) -> float:
+    return c.anchor_progress + (1 - c.anchor_progress) * (frames - c.anchor_frames) / (
+        c.total_frames - c.anchor_frames
+    )
+
+
+def _tensors(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from _tensors(v)
+
+
+def _fsync(path: Path) -> None:
+    if path.exists():
+        with open(path, "rb+") as f:
+            os.fsync(f.fileno())
+
+
+def _truncate_metrics(path: Path, frames: int) -> None:
+    """Drops the rows logged after the checkpoint (the resumed run logs them again)."""
+    if not path.exists():
+        return
+    with path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    if not rows or "frames" not in rows[0]:
+        return
+    col, keep = rows[0].index("frames"), []
+    for r in rows[1:]:
+        if len(r) != len(rows[0]) or not r[col].isdigit() or int(r[col]) > frames:
+            break
+        keep.append(r)
+    if len(keep) == len(rows) - 1:
+        return
+
+    text = io.StringIO()
+    csv.writer(text).writerows([rows[0], *keep])
+    ckpt.atomic_write(path, lambda f: f.write(text.getvalue().encode()))

@@ -1,0 +1,279 @@
+"""PPO training speed and sample efficiency: rltool vs stable-baselines3 in the same run.
+
+Cases (same hyperparameters for both, printed side by side; same evaluator: rltool.evaluate):
+  mlp   CartPole-v1, rl-zoo's PPO settings; threshold 475            vs SB3 PPO
+  lstm  CartPole-v1 without velocities, rl-zoo's RecurrentPPO settings; threshold 450
+                                                                     vs sb3-contrib RecurrentPPO
+Training frames/s excludes evaluation time. frames-to-threshold is the first evaluation (every
+--eval-every frames) whose mean return reaches the threshold. Medians over --seeds seeds.
+
+    python scripts/bench_ppo.py --case mlp --seeds 5
+    python scripts/bench_ppo.py --case lstm --seeds 3 --frames 100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+
+from rltool import keys as K
+from rltool.cli import conf_dir
+from rltool.config import register_configs, to_config
+from rltool.envs import make_env
+from rltool.evaluate import evaluate
+from rltool.specs import Spec
+from rltool.train import train
+
+# rl-zoo: ppo.yml CartPole-v1 and ppo_lstm.yml CartPoleNoVel-v1
+ZOO = {
+    "num_envs": 8,
+    "steps": 32,
+    "batch": 256,
+    "epochs": 20,
+    "gamma": 0.98,
+    "lam": 0.8,
+    "lr": 1e-3,
+    "clip": 0.2,
+    "ent": 0.0,
+    "vf": 0.5,
+    "max_grad_norm": 0.5,
+}
+CASES = {
+    "mlp": {
+        "threshold": 475.0,
+        "env": "cartpole",
+        "policy": ["policy=mlp", "policy.hidden_sizes=[64,64]", "policy.activation=tanh"],
+    },
+    "lstm": {
+        "threshold": 450.0,
+        "env": "cartpole_pomdp",
+        "policy": [
+            "policy=lstm",
+            "policy.hidden_size=64",
+            "policy.num_layers=1",
+            "policy.encoder_sizes=[]",
+            "policy.hidden_sizes=[64]",
+            "policy.shared_torso=false",
+            "policy.activation=tanh",
+            "policy.inputs=[observation]",
+        ],
+    },
+}
+
+
+def rltool_overrides(case: str, seed: int, frames: int, eval_every: int) -> list[str]:
+    z = ZOO
+    return [
+        f"env={CASES[case]['env']}",
+        *CASES[case]["policy"],
+        "loss=ppo",
+        f"seed={seed}",
+        f"total_frames={frames}",
+        f"env.num_envs={z['num_envs']}",
+        f"collector.frames_per_batch={z['num_envs'] * z['steps']}",
+        f"loss.epochs={z['epochs']}",
+        f"loss.num_minibatches={z['num_envs'] * z['steps'] // z['batch']}",
+        f"loss.gamma={z['gamma']}",
+        f"loss.gae_lambda={z['lam']}",
+        f"optim.lr={z['lr']}",
+        "optim.anneal_lr=true",
+        f"loss.clip_epsilon={z['clip']}",
+        "loss.anneal_clip=true",
+        f"loss.entropy_coef={z['ent']}",
+        f"loss.value_coef={z['vf']}",
+        f"optim.max_grad_norm={z['max_grad_norm']}",
+        "loss.normalize_advantage=true",
+        f"eval.every_frames={eval_every}",
+        "logger.progress=none",
+        "num_threads=1",
+    ]
+
+
+def run_rltool(case, seed, frames, eval_every):
+    register_configs()
+    with initialize_config_dir(conf_dir(), version_base="1.3"):
+        cfg = to_config(compose("config", rltool_overrides(case, seed, frames, eval_every)))
+    with tempfile.TemporaryDirectory() as d:
+        train(cfg, Path(d))
+        rows = list(csv.DictReader((Path(d) / "metrics.csv").open()))
+    train_s = sum(float(r["time/collect_s"]) + float(r["time/update_s"]) for r in rows)
+    evals = [
+        (int(r["frames"]), float(r["eval/return_mean"])) for r in rows if r["eval/return_mean"]
+    ]
+    return int(rows[-1]["frames"]) / train_s, evals, cfg
+
+
+class SB3Policy:
+    """An SB3 model behind rltool's policy API, so both are scored by the same evaluator."""
+
+    def __init__(self, model, recurrent: bool, hidden: int = 64):
+        self.model, self.recurrent, self.explore, self.has_critic = model, recurrent, False, False
+        self.training = False
+        self.state_specs = (
+            {"sb3_h": Spec((1, hidden)), "sb3_c": Spec((1, hidden))} if recurrent else {}
+        )
+        self.input_specs = {}
+
+    def eval(self):
+        return self
+
+    def train(self, mode=True):
+        return self
+
+    def act(self, inputs, state, is_init):
+        obs = inputs[K.OBSERVATION].numpy()
+        if not self.recurrent:
+            action, _ = self.model.predict(obs, deterministic=True)
+            return {K.ACTION: torch.as_tensor(action)}, {}
+        hc = tuple(state[k].transpose(0, 1).numpy() for k in ("sb3_h", "sb3_c"))
+        action, (h, c) = self.model.predict(
+            obs, state=hc, episode_start=is_init.numpy()[:, 0], deterministic=True
+        )
+        nxt = {
+            "sb3_h": torch.as_tensor(h).transpose(0, 1),
+            "sb3_c": torch.as_tensor(c).transpose(0, 1),
+        }
+        return {K.ACTION: torch.as_tensor(action)}, nxt
+
+
+def run_sb3(case, seed, frames, eval_every, cfg):
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    z, recurrent = ZOO, case == "lstm"
+    keep = cfg.env.obs_keep
+    wrapper = None
+    if keep is not None:
+        import gymnasium as gym
+
+        def wrapper(e):
+            space = gym.spaces.Box(e.observation_space.low[keep], e.observation_space.high[keep])
+            return gym.wrappers.TransformObservation(e, lambda o: o[keep], space)
+
+    venv = make_vec_env(cfg.env.id, n_envs=z["num_envs"], seed=seed, wrapper_class=wrapper)
+    lin = lambda v: lambda p: p * v  # noqa: E731  (SB3 schedules get the remaining progress)
+    kwargs = dict(
+        n_steps=z["steps"],
+        batch_size=z["batch"],
+        n_epochs=z["epochs"],
+        gamma=z["gamma"],
+        gae_lambda=z["lam"],
+        learning_rate=lin(z["lr"]),
+        clip_range=lin(z["clip"]),
+        ent_coef=z["ent"],
+        vf_coef=z["vf"],
+        max_grad_norm=z["max_grad_norm"],
+        seed=seed,
+        device="cpu",
+        verbose=0,
+    )
+    if recurrent:
+        from sb3_contrib import RecurrentPPO
+
+        kwargs["policy_kwargs"] = dict(
+            lstm_hidden_size=64, enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64])
+        )
+        model = RecurrentPPO("MlpLstmPolicy", venv, **kwargs)
+    else:
+        model = PPO("MlpPolicy", venv, **kwargs)
+    eval_env = make_env(cfg.env, num_envs=cfg.eval.episodes, training=False)
+    evals, eval_time = [], [0.0]
+
+    class Eval(BaseCallback):
+        def _on_step(self):
+            if self.num_timesteps % eval_every < z["num_envs"]:
+                t = time.perf_counter()
+                ret = evaluate(
+                    SB3Policy(self.model, recurrent), eval_env, seed + cfg.eval.seed_offset
+                )
+                evals.append((self.num_timesteps, ret["eval/return_mean"]))
+                eval_time[0] += time.perf_counter() - t
+            return True
+
+    start = time.perf_counter()
+    model.learn(frames, callback=Eval())
+    wall = time.perf_counter() - start - eval_time[0]
+    ret = evaluate(SB3Policy(model, recurrent), eval_env, seed + cfg.eval.seed_offset)
+    evals.append((model.num_timesteps, ret["eval/return_mean"]))
+    return model.num_timesteps / wall, evals, model
+
+
+def first_reach(evals, threshold):
+    return next((f for f, r in evals if r >= threshold), float("inf"))
+
+
+def summarize(name, results, threshold):
+    fps = statistics.median(r[0] for r in results)
+    reach = statistics.median(first_reach(r[1], threshold) for r in results)
+    finals = [r[1][-1][1] for r in results]
+    return {"name": name, "fps": fps, "reach": reach, "finals": finals}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--case", choices=sorted(CASES), default="mlp")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--frames", type=int, default=100_000)
+    p.add_argument("--eval-every", type=int, default=5_000)
+    p.add_argument("--no-sb3", action="store_true", help="skip the stable-baselines3 reference")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    threshold = CASES[a.case]["threshold"]
+    ours, theirs, cfg = [], [], None
+    for seed in range(a.seeds):
+        fps, evals, cfg = run_rltool(a.case, seed, a.frames, a.eval_every)
+        ours.append((fps, evals))
+        print(f"rltool seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}", flush=True)
+        if not a.no_sb3:
+            try:
+                fps, evals, model = run_sb3(a.case, seed, a.frames, a.eval_every, cfg)
+            except ImportError as e:
+                print(f"stable-baselines3 reference skipped: {e} (pip install -e '.[bench]')")
+                a.no_sb3 = True
+                continue
+            theirs.append((fps, evals))
+            print(
+                f"sb3    seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}",
+                flush=True,
+            )
+    print(
+        "\nhyperparameters (both):",
+        ", ".join(f"{k}={v}" for k, v in ZOO.items()),
+        "; lr and clip annealed linearly to 0; rltool policy:",
+        " ".join(CASES[a.case]["policy"]),
+    )
+    rows = [summarize("rltool", ours, threshold)]
+    if theirs:
+        rows.append(
+            summarize(
+                "sb3-contrib RecurrentPPO" if a.case == "lstm" else "sb3 PPO", theirs, threshold
+            )
+        )
+    print(
+        f"\ncase {a.case}: {cfg.env.id}{' (velocities hidden)' if cfg.env.obs_keep else ''}, "
+        f"{a.frames:,} frames, {a.seeds} seeds, 1 thread, median over seeds\n"
+    )
+    print(f"| {'implementation':<26} | train frames/s | frames to {threshold:.0f} | final evals |")
+    print(f"|{'-' * 28}|{'-' * 16}|{'-' * 15}|{'-' * 13}|")
+    for r in rows:
+        finals = " / ".join(f"{x:.0f}" for x in r["finals"])
+        print(f"| {r['name']:<26} | {r['fps']:>14,.0f} | {r['reach']:>13,.0f} | {finals} |")
+    if len(rows) == 2:
+        print(
+            f"\nratio rltool / reference: {rows[0]['fps'] / rows[1]['fps']:.2f}x frames/s, "
+            f"{rows[1]['reach'] / rows[0]['reach']:.2f}x fewer frames to {threshold:.0f}"
+        )
+
+
+if __name__ == "__main__":
+    np.set_printoptions(precision=3)
+    main()

@@ -1,0 +1,212 @@
+"""Temporal mode of LSTMModule against the step loop, a bare nn.LSTMCell loop and the lower bound.
+
+    PYTHONPATH=. python scripts/bench_recurrent.py [--reps 30] [--variants]
+
+hidden 64, input 64, [T=128, B=16], float32, one thread, ~2% and ~10% random resets (is_init).
+First checks on the timed data that temporal mode equals the sequential loop (outputs, next states,
+parameter gradients), then times, in the same run:
+- temporal (loss path): ``run(..., time_dim=True, need_states=False)``;
+- temporal + states: the same with per-step next states (the TensorDict path);
+- sequential loop: the module's own step loop (``recurrent_mode("sequential")``);
+- LSTMCell loop: bare torch, one ``nn.LSTMCell`` step per t with the state masked at resets;
+- nn.LSTM (lower bound): one fused call on the whole sequence, ignoring the resets.
+With ``--variants``, other ways to run the loss path, each checked against the LSTMCell loop:
+- one padded call: segments padded to the longest, one fused call (``call_cost`` huge);
+- chunk per length: the lanes' staircase cut at every distinct segment length (``call_cost`` = 0);
+- packed sequence: one nn.LSTM call on a PackedSequence (no padding, but no oneDNN kernel);
+- union of resets: all columns, one fused call between consecutive time steps holding a reset.
+"forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
+Reported: median ms per call, and the ratio to the lower bound of the same column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import PackedSequence
+
+from rltool.modules.recurrent import LSTMModule, _Lanes, recurrent_mode
+
+T, B, F, H = 128, 16, 64, 64
+
+
+def make_data(rate: float, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, B, F, generator=g)
+    h0, c0 = (torch.randn(B, 1, H, generator=g) * 0.5 for _ in range(2))
+    is_init = torch.rand(T, B, 1, generator=g) < rate
+    return x, (h0, c0), is_init
+
+
+def check(module: LSTMModule, x, states, is_init):
+    """Temporal mode == the sequential loop on this data: outputs, next states, gradients."""
+    params = list(module.parameters())
+    res = {}
+    for mode in ("sequential", "temporal"):
+        with recurrent_mode(mode):
+            y, nxt = module.run(x, states, is_init, time_dim=True)
+        loss = y.sum() + sum(s.square().sum() for s in nxt)
+        res[mode] = [y, *nxt, *torch.autograd.grad(loss, params)]
+    # relative to each tensor's scale: float32 sums of 2048 terms in the gradients
+    err = max(
+        ((a - b).abs().max() / b.abs().max()).item() for a, b in zip(*res.values(), strict=True)
+    )
+    assert err < 1e-5, f"temporal mode differs from the sequential loop by {err:.2e} (relative)"
+    return err
+
+
+def cell_loop(cell: nn.LSTMCell, x, h0, c0, is_init):
+    keep = (~is_init).to(x.dtype)  # [T, B, 1]
+    h, c, ys = h0, c0, []
+    for t in range(x.shape[0]):
+        h, c = cell(x[t], (h * keep[t], c * keep[t]))
+        ys.append(h)
+    return torch.stack(ys)
+
+
+def variants(module: LSTMModule, x, states, is_init):
+    lstm = module.layers[0]
+    cell = nn.LSTMCell(F, H)
+    cell.load_state_dict({k.removesuffix("_l0"): v for k, v in lstm.state_dict().items()})
+    h0, c0 = (s[:, 0] for s in states)
+
+    def temporal(need_states):
+        def f():
+            with recurrent_mode("temporal"):
+                return module.run(x, states, is_init, time_dim=True, need_states=need_states)[0]
+
+        return f
+
+    def sequential():
+        with recurrent_mode("sequential"):
+            return module.run(x, states, is_init, time_dim=True)[0]
+
+    return {
+        "temporal (loss path)": temporal(False),
+        "temporal + states": temporal(True),
+        "sequential loop": sequential,
+        "LSTMCell loop": lambda: cell_loop(cell, x, h0, c0, is_init),
+        "nn.LSTM (lower bound)": lambda: lstm(x, (h0.unsqueeze(0), c0.unsqueeze(0)))[0],
+    }
+
+
+def with_cost(module: LSTMModule, call_cost: float, x, states, is_init):
+    def f():
+        saved, module.call_cost = module.call_cost, call_cost
+        try:
+            with recurrent_mode("temporal"):
+                return module.run(x, states, is_init, time_dim=True, need_states=False)[0]
+        finally:
+            module.call_cost = saved
+
+    return f
+
+
+def packed(lstm: nn.LSTM, x, states, is_init):
+    """The call_cost=0 staircase has no padding rows: it is the packed-sequence layout."""
+    lanes = _Lanes(is_init[..., 0], 0.0)
+    sizes = torch.repeat_interleave(torch.tensor(lanes.counts), torch.tensor(lanes.steps))
+    keep = ~is_init[0]
+    h0, c0 = (lanes.initial(s[:, 0] * keep) for s in states)
+
+    def f():
+        data = x.reshape(T * B, F).index_select(0, lanes.src)
+        y, _ = lstm(PackedSequence(data, sizes), (h0, c0))
+        return y.data.index_select(0, lanes.dst).view(T, B, H)
+
+    return f
+
+
+def union_of_resets(lstm: nn.LSTM, x, states, is_init):
+    keep = (~is_init).to(x.dtype)  # [T, B, 1]
+    times = [0, *(is_init[1:, :, 0].any(1).nonzero()[:, 0] + 1).tolist(), T]
+
+    def f():
+        h, c = (s[:, 0].unsqueeze(0) for s in states)
+        ys = []
+        for a, b in zip(times[:-1], times[1:], strict=True):
+            y, (h, c) = lstm(x[a:b], (h * keep[a], c * keep[a]))
+            ys.append(y)
+        return torch.cat(ys)
+
+    return f
+
+
+def extra_variants(module: LSTMModule, x, states, is_init, reference):
+    """The other strategies, each checked against ``reference`` (the LSTMCell loop)."""
+    lstm = module.layers[0]
+    fns = {
+        "  one padded call": with_cost(module, 1e12, x, states, is_init),
+        "  chunk per length": with_cost(module, 0.0, x, states, is_init),
+        "  packed sequence": packed(lstm, x, states, is_init),
+        "  union of resets": union_of_resets(lstm, x, states, is_init),
+    }
+    with torch.no_grad():
+        ref = reference()
+        for name, fn in fns.items():
+            err = ((fn() - ref).abs().max() / ref.abs().max()).item()
+            assert err < 1e-5, f"{name.strip()} differs from the LSTMCell loop by {err:.1e}"
+    return fns
+
+
+def timeit(fns: dict, backward: bool, reps: int) -> dict[str, float]:
+    """Median ms per call of each fn; the variants take turns, so load swings hit them alike."""
+
+    def once(fn):
+        t0 = time.perf_counter()
+        if backward:
+            fn().sum().backward()
+        else:
+            with torch.no_grad():
+                fn()
+        return time.perf_counter() - t0
+
+    times = {name: [] for name in fns}
+    for i in range(reps + 3):  # 3 warm-up rounds
+        for name, fn in fns.items():
+            t = once(fn)
+            if i >= 3:
+                times[name].append(t)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--variants", action="store_true", help="also time other temporal strategies")
+    args = p.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    module = LSTMModule(F, H, 1)
+    rows, cols = {}, []
+    for rate in (0.02, 0.10):
+        x, states, is_init = make_data(rate)
+        err = check(module, x, states, is_init)
+        n_seg = int(is_init[1:].sum()) + B
+        print(
+            f"resets {rate:.0%}: {int(is_init.sum())} is_init, {n_seg} segments; "
+            f"temporal == sequential loop (max rel. diff {err:.1e})"
+        )
+        fns = variants(module, x, states, is_init)
+        if args.variants:
+            fns.update(extra_variants(module, x, states, is_init, fns["LSTMCell loop"]))
+        for backward in (False, True):
+            col = f"{rate:.0%} {'fwd+bwd' if backward else 'forward'}"
+            cols.append(col)
+            for name, ms in timeit(fns, backward, args.reps).items():
+                rows.setdefault(name, {})[col] = ms
+    lower = rows["nn.LSTM (lower bound)"]
+    width = max(map(len, rows)) + 2
+    print(f"\n{'ms per call (x lower bound)':<{width}}" + "".join(f"{c:>18}" for c in cols))
+    for name, r in rows.items():
+        cells = "".join(f"{f'{r[c]:.2f} ({r[c] / lower[c]:.1f}x)':>18}" for c in cols)
+        print(f"{name:<{width}}{cells}")
+    print(f"\ntorch {torch.__version__}, threads {torch.get_num_threads()}, median of {args.reps}")
+
+
+if __name__ == "__main__":
+    main()

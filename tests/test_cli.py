@@ -1,0 +1,70 @@
+"""The CLI end to end in a subprocess: a tiny training run, help, config printing, bad input."""
+
+import csv
+import json
+
+import pytest
+from conftest import run_cli
+
+
+def test_train_tiny_budget_writes_run_dir(tmp_path):
+    r = run_cli(
+        "train", "total_frames=512", "eval.episodes=2", "logger.progress=lines", cwd=tmp_path
+    )
+    assert r.returncode == 0, r.stderr
+    runs = list((tmp_path / "outputs").glob("*/*"))
+    assert len(runs) == 1
+    run = runs[0]
+    assert (run / "config.yaml").exists() and (run / ".hydra" / "config.yaml").exists()
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    assert [int(r["frames"]) for r in rows] == [256, 512]
+    for col in ("time/collect_s", "time/update_s", "time/eval_s", "loss_actor", "approx_kl"):
+        assert rows[-1][col] != ""
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["frames"] == 512 and summary["eval/episodes"] == 2
+    assert "frames 512/512" in r.stderr  # progress lines when not a terminal
+
+
+def test_help_lists_commands_and_groups(tmp_path):
+    top = run_cli("--help", cwd=tmp_path)
+    assert top.returncode == 0 and "train" in top.stdout
+    r = run_cli("train", "--help", cwd=tmp_path)
+    assert r.returncode == 0
+    for group in ("env:", "policy:", "loss:", "collector:", "optim:", "logger:", "experiment:"):
+        assert group in r.stdout
+    assert "cartpole_pomdp" in r.stdout and "pendulum_ppo" in r.stdout
+
+
+def test_cfg_job_prints_composed_config(tmp_path):
+    r = run_cli("train", "--cfg", "job", "env=cartpole_pomdp", "seed=3", cwd=tmp_path)
+    assert r.returncode == 0 and "obs_keep:" in r.stdout and "seed: 3" in r.stdout
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (["env=nope"], "unknown option env=nope"),
+        (["env=gym", "env.id=NotAnEnv-v0"], "NotAnEnv-v0"),
+        (["policy.hidden_sizes=[-1]"], "policy.hidden_sizes"),
+        (["total_frames=abc"], "total_frames='abc' is invalid: expected an integer"),
+        (["optim.lr=-1"], "optim.lr"),
+        (["env=gym", "env.id=fake_envs:FakeDictObs-v0"], "unsupported observation space Dict"),
+        (["foo=1"], "unknown config key 'foo'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, words):
+    r = run_cli("train", *args, cwd=tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, r.stderr
+
+
+def test_unknown_command(tmp_path):
+    r = run_cli("trian", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown command 'trian'" in r.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    r = run_cli("--debug", "train", "optim.lr=-1", cwd=tmp_path)
+    assert r.returncode != 0 and "Traceback" in r.stderr

@@ -1,0 +1,60 @@
+"""Every group option and preset composes and validates; bad values fail with ConfigError."""
+
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, make_cfg
+
+from rltool.config import Config
+from rltool.errors import ConfigError
+
+GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir())
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml"))
+
+
+def extra_for(group: str, option: str) -> list[str]:
+    return ["env.id=CartPole-v1"] if (group, option) == ("env", "gym") else []
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
+def test_every_option_composes(group, option):
+    cfg = make_cfg(f"{group}={option}", *extra_for(group, option))
+    assert isinstance(cfg, Config)
+
+
+def test_presets_change_what_they_say():
+    cfg = make_cfg("experiment=pendulum_ppo")
+    assert cfg.env.id == "Pendulum-v1" and cfg.loss.gamma == 0.9
+
+
+def test_defaults_are_rl_zoo_cartpole_ppo():
+    cfg = make_cfg()
+    assert (cfg.env.id, cfg.env.num_envs, cfg.collector.frames_per_batch) == ("CartPole-v1", 8, 256)
+    assert (cfg.loss.epochs, cfg.loss.gamma, cfg.loss.gae_lambda) == (20, 0.98, 0.8)
+
+
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("policy.hidden_sizes=[-1]", "policy.hidden_sizes"),
+        ("optim.lr=-1", "optim.lr"),
+        ("loss.gamma=1.5", "loss.gamma"),
+        ("loss.reduction=avg", "loss.reduction"),
+        ("env.num_envs=0", "env.num_envs"),
+        ("env.num_envs=3", "frames_per_batch"),
+        ("env.backend=threads", "env.backend"),
+        ("+foo=1", "unknown config key 'foo'"),
+    ],
+)
+def test_bad_values_are_config_errors(override, match):
+    with pytest.raises(ConfigError, match=match):
+        make_cfg(override)
+
+
+def test_conf_dir_is_the_top_level_conf_in_a_checkout():
+    from rltool.cli import conf_dir
+
+    assert Path(conf_dir()) == ROOT / "conf"

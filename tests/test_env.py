@@ -1,0 +1,135 @@
+"""The env layer: autoreset, final observations, is_init, flags kept apart, spaces, seeding."""
+
+import pytest
+import torch
+
+from rltool import keys as K
+from rltool.config import EnvConfig
+from rltool.envs import make_env
+from rltool.errors import ConfigError
+
+
+def fake(num_envs=2, backend="sync", **kwargs):
+    cfg = EnvConfig(
+        id="FakeCount-v0",
+        num_envs=num_envs,
+        backend=backend,
+        kwargs=kwargs.pop("kwargs", {}),
+        **kwargs,
+    )
+    return make_env(cfg)
+
+
+def act(env, a=0):
+    return {K.ACTION: torch.full((env.num_envs,), a, dtype=torch.int64)}
+
+
+@pytest.mark.parametrize("backend", ["sync", "async"])
+def test_termination_final_observation_and_reset(backend):
+    env = fake(backend=backend, kwargs={"terminate_at": 3})
+    root = env.reset(seed=0)
+    assert root[K.IS_INIT].all() and (root[K.OBSERVATION] == torch.tensor([0.0, 0.0])).all()
+    from tensordict import TensorDict
+
+    for t in range(1, 4):
+        td = TensorDict(act(env, 1), [2])
+        td, root = env.step_and_maybe_reset(td)
+        nxt = td[K.NEXT]
+        assert (nxt[K.REWARD] == 2.0).all()
+        if t < 3:
+            assert not nxt[K.DONE].any() and not root[K.IS_INIT].any()
+            assert (nxt[K.OBSERVATION] == root[K.OBSERVATION]).all()
+    # the last step of the episode: the true final observation under "next", the reset at the root
+    assert nxt[K.TERMINATED].all() and not nxt[K.TRUNCATED].any() and nxt[K.DONE].all()
+    assert (nxt[K.OBSERVATION] == torch.tensor([3.0, 0.0])).all()
+    assert (root[K.OBSERVATION] == torch.tensor([0.0, 1.0])).all() and root[K.IS_INIT].all()
+    assert (nxt[K.EPISODE_RETURN] == 6.0).all() and (nxt[K.EPISODE_LENGTH] == 3).all()
+    env.close()
+
+
+def test_truncation_is_not_termination():
+    env = fake(max_episode_steps=2)
+    env.reset(seed=0)
+    env.step_tensors(torch.zeros(2, dtype=torch.int64))
+    r = env.step_tensors(torch.zeros(2, dtype=torch.int64))
+    assert r.truncated.all() and not r.terminated.any() and r.done.all()
+    assert (r.next_observation == torch.tensor([2.0, 0.0])).all()
+    assert (r.observation == torch.tensor([0.0, 1.0])).all()
+
+
+def test_root_and_next_observation_differ_only_at_episode_ends():
+    env = fake(num_envs=3, kwargs={"terminate_at": 2})
+    env.reset(seed=0)
+    r1 = env.step_tensors(torch.zeros(3, dtype=torch.int64))
+    r2 = env.step_tensors(torch.zeros(3, dtype=torch.int64))
+    assert not r1.done.any() and r2.done.all()
+    assert torch.equal(r1.observation, r1.next_observation)
+    assert not torch.equal(r2.observation, r2.next_observation)
+
+
+def test_discrete_observation_is_one_hot():
+    env = make_env(EnvConfig(id="FakeDiscreteObs-v0", num_envs=2))
+    assert env.specs.observation.shape == (3,)
+    obs = env.reset_tensors(seed=0)
+    assert torch.equal(obs, torch.tensor([[1.0, 0, 0], [1.0, 0, 0]]))
+    r = env.step_tensors(torch.zeros(2, dtype=torch.int64))
+    assert torch.equal(r.observation, torch.tensor([[0.0, 1, 0], [0.0, 1, 0]]))
+
+
+def test_unsupported_observation_space_names_it():
+    with pytest.raises(ConfigError, match="unsupported observation space Dict"):
+        make_env(EnvConfig(id="FakeDictObs-v0", num_envs=1))
+
+
+def test_unknown_env_id_is_a_config_error():
+    with pytest.raises(ConfigError, match="NotAnEnv-v0"):
+        make_env(EnvConfig(id="NotAnEnv-v0", num_envs=1))
+
+
+def test_obs_keep_masks_cartpole_velocities():
+    full = make_env(EnvConfig(id="CartPole-v1", num_envs=2))
+    masked = make_env(EnvConfig(id="CartPole-v1", num_envs=2, obs_keep=[0, 2]))
+    a, b = full.reset_tensors(seed=5), masked.reset_tensors(seed=5)
+    assert masked.specs.observation.shape == (2,)
+    assert torch.equal(b, a[:, [0, 2]])
+    with pytest.raises(ConfigError, match="obs_keep"):
+        make_env(EnvConfig(id="CartPole-v1", num_envs=1, obs_keep=[7]))
+
+
+def test_same_seed_same_numbers():
+    def rollout():
+        env = make_env(EnvConfig(id="CartPole-v1", num_envs=3))
+        obs = [env.reset_tensors(seed=11)]
+        for i in range(30):
+            obs.append(env.step_tensors(torch.tensor([i % 2, 1, 0])).next_observation)
+        return torch.stack(obs)
+
+    assert torch.equal(rollout(), rollout())
+
+
+def test_normalisation_updates_in_training_and_is_frozen_in_eval():
+    cfg = EnvConfig(id="FakeCount-v0", num_envs=2, normalize_obs=True, normalize_reward=True)
+    env = make_env(cfg)
+    ev = make_env(cfg, obs_norm=env.obs_norm, training=False)
+    assert ev.obs_norm is env.obs_norm and ev.reward_scaler is None
+    env.reset_tensors(seed=0)
+    for _ in range(5):
+        env.step_tensors(torch.zeros(2, dtype=torch.int64))
+    count = env.obs_norm.stats.count.clone()
+    mean = env.obs_norm.stats.mean.clone()
+    assert count > 10  # 1 reset + 5 steps of 2 envs
+    ev.reset_tensors(seed=0)
+    r = ev.step_tensors(torch.zeros(2, dtype=torch.int64))
+    assert torch.equal(env.obs_norm.stats.count, count) and torch.equal(
+        env.obs_norm.stats.mean, mean
+    )
+    expected = (torch.tensor([1.0, 0.0]).double() - mean) / (env.obs_norm.stats.var + 1e-8).sqrt()
+    assert torch.allclose(r.observation[0].double(), expected.clamp(-10, 10), atol=1e-5)
+    assert torch.equal(r.reward, torch.ones(2, 1))  # the eval env's rewards are raw
+
+
+def test_continuous_actions_are_clipped_for_the_env_only():
+    env = make_env(EnvConfig(id="FakeCount-v0", num_envs=1, kwargs={"continuous": True}))
+    env.reset_tensors(seed=0)
+    r = env.step_tensors(torch.tensor([[5.0]]))
+    assert r.reward.item() == 2.0  # 1 + clip(5, -1, 1)

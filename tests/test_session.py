@@ -1,0 +1,133 @@
+"""The training session in-process: exact resume with normalisation, fresh-episode fallback,
+non-finite steps and models."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from rltool import checkpoint as ckpt
+from rltool.config import (
+    CheckpointConfig,
+    CollectorConfig,
+    Config,
+    EnvConfig,
+    EvalConfig,
+    LoggerConfig,
+    OptimConfig,
+    PolicyConfig,
+    PPOConfig,
+)
+from rltool.envs.vector import VectorEnv
+from rltool.errors import EXIT_DIVERGED, RunStopped
+from rltool.guard import NonFiniteGuard
+from rltool.session import Session
+from rltool.train import build, train
+
+
+def pendulum(**kw) -> Config:
+    """Pendulum with observation and reward normalisation, a Gaussian MLP policy, 4 x 16 steps."""
+    return Config(
+        env=EnvConfig(id="Pendulum-v1", num_envs=4, normalize_obs=True, normalize_reward=True),
+        policy=PolicyConfig(hidden_sizes=[16]),
+        loss=PPOConfig(epochs=2, num_minibatches=2, anneal_clip=True),
+        collector=CollectorConfig(frames_per_batch=64),
+        optim=OptimConfig(anneal_lr=True),
+        logger=LoggerConfig(progress="none"),
+        eval=EvalConfig(every_frames=128, episodes=2),
+        checkpoint=CheckpointConfig(every_frames=128),
+        total_frames=384,
+        **kw,
+    )
+
+
+def rows(run_dir):
+    with (run_dir / "metrics.csv").open(newline="") as f:
+        return [
+            {k: v for k, v in r.items() if not k.startswith("time") and k != "fps"}
+            for r in csv.DictReader(f)
+        ]
+
+
+class Crash(Exception):
+    pass
+
+
+def test_exact_resume_with_normalisation_in_process(tmp_path, monkeypatch):
+    for name in "ab":
+        (tmp_path / name).mkdir()
+    train(pendulum(), tmp_path / "a")
+
+    seen = []
+
+    def crash_on_second_write(point):  # a crash between fsync and rename of checkpoint 256
+        seen.append(point)
+        if seen.count("after_fsync") == 2:
+            raise Crash
+
+    monkeypatch.setattr(ckpt, "test_hook", crash_on_second_write)
+    with pytest.raises(Crash):
+        train(pendulum(), tmp_path / "b")
+    monkeypatch.setattr(ckpt, "test_hook", None)
+    assert ckpt.latest(tmp_path / "b" / "checkpoints").name == "ckpt-000000000128.pt"
+    train(pendulum(resume=str(tmp_path / "b")), tmp_path / "b")
+    assert rows(tmp_path / "b") == rows(tmp_path / "a")
+
+
+def test_an_env_without_state_resumes_with_fresh_episodes_and_a_warning(tmp_path, monkeypatch):
+    train(dataclasses.replace(pendulum(), total_frames=128), tmp_path)
+    monkeypatch.setattr(VectorEnv, "get_state", lambda self: None)
+    run = build(pendulum(resume=str(tmp_path)))
+    root = {k: v.clone() for k, v in run.collector._root.items()}
+    with pytest.warns(UserWarning, match="starts fresh episodes"):
+        session = Session.start(run, tmp_path)
+    assert session.counters.frames == 128
+    assert all(torch.equal(v, run.collector._root[k]) for k, v in root.items())
+    assert run.collector._root["is_init"].all()
+    assert not run.env.reward_scaler.ret.any()
+    run.collector.close()
+    run.eval_env.close()
+
+
+def test_guard_skips_non_finite_steps_and_stops_after_k_in_a_row():
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    guard = NonFiniteGuard(max_in_a_row=3)
+    before = [p.detach().clone() for p in model.parameters()]
+    x = torch.ones(1, 2)
+
+    def loss(scale):
+        return model(x).sum() * scale
+
+    assert not guard.step(opt, loss(math.nan), model.parameters(), 0.5)
+    assert not guard.step(opt, loss(math.inf), model.parameters(), None)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    assert guard.step(opt, loss(1.0), model.parameters(), 0.5)  # a finite step resets the streak
+    assert guard.take_skipped() == 2 and guard.take_skipped() == 0
+    assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    for _ in range(2):
+        guard.step(opt, loss(math.nan), model.parameters(), 0.5)
+    with pytest.raises(RunStopped, match="3 optimizer steps in a row") as e:
+        guard.step(opt, loss(math.nan), model.parameters(), 0.5)
+    assert e.value.exit_code == EXIT_DIVERGED
+
+
+def test_a_non_finite_model_never_replaces_the_last_good_checkpoint(tmp_path):
+    run = build(pendulum())
+    session = Session.start(run, tmp_path)
+    session.counters.frames = 64
+    good = session.save()
+    with torch.no_grad():
+        next(run.policy.parameters())[0] = math.nan
+    session.counters.frames = 128
+    with pytest.raises(RunStopped, match="inf/nan") as e:
+        session.save()
+    assert e.value.exit_code == EXIT_DIVERGED
+    assert ckpt.latest(tmp_path / "checkpoints") == good
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name, "latest"]
+    run.collector.close()
+    run.eval_env.close()

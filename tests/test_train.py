@@ -1,0 +1,71 @@
+"""The training loop: same seed, same numbers; a user env from the working directory."""
+
+import csv
+import textwrap
+
+from conftest import make_cfg, run_cli
+
+from rltool.train import train
+
+TIME_COLUMNS = {"time/collect_s", "time/update_s", "time/eval_s", "time_s", "fps"}
+
+
+def rows(path):
+    return [
+        {k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in csv.DictReader(path.open())
+    ]
+
+
+def test_same_seed_same_metrics_and_another_seed_differs(tmp_path):
+    runs = {}
+    for name, seed in [("a", 1), ("b", 1), ("c", 2)]:
+        d = tmp_path / name
+        d.mkdir()
+        cfg = make_cfg(
+            f"seed={seed}",
+            "total_frames=768",
+            "eval.every_frames=512",
+            "eval.episodes=2",
+            "logger.progress=none",
+            "loss.epochs=2",
+        )
+        train(cfg, d)
+        runs[name] = rows(d / "metrics.csv")
+    assert len(runs["a"]) == 3 and runs["a"] == runs["b"]
+    assert runs["a"] != runs["c"]
+
+
+def test_user_env_module_from_working_directory_in_async_workers(tmp_path):
+    (tmp_path / "my_env_mod.py").write_text(
+        textwrap.dedent("""
+        import gymnasium as gym
+        import numpy as np
+
+        class Corridor(gym.Env):
+            observation_space = gym.spaces.Box(0, 10, (1,), np.float32)
+            action_space = gym.spaces.Discrete(2)
+
+            def reset(self, *, seed=None, options=None):
+                super().reset(seed=seed)
+                self.x = 0
+                return np.zeros(1, np.float32), {}
+
+            def step(self, a):
+                self.x += int(a)
+                return np.array([self.x], np.float32), float(a), self.x >= 5, False, {}
+
+        gym.register("Corridor-v0", entry_point=Corridor, max_episode_steps=20)
+    """)
+    )
+    r = run_cli(
+        "train",
+        "env=gym",
+        "env.id=my_env_mod:Corridor-v0",
+        "env.backend=async",
+        "env.num_envs=2",
+        "collector.frames_per_batch=64",
+        "total_frames=128",
+        "eval.episodes=2",
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
