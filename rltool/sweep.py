@@ -121,7 +121,9 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
     except RunStopped as e:
         if e.exit_code == 0:  # resumed at its budget: it had finished
             write_status(job.run_dir, status="done", ended=_now())
-            return _summary(job.run_dir)
+            if job.multirun:
+                return _summary(job.run_dir)
+            raise
         preempted = e.exit_code == EXIT_PREEMPTED
         write_status(
             job.run_dir,
