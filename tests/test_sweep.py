@@ -209,3 +209,34 @@ def test_band_interpolates_over_the_common_range():
     bi = np.array([2.0, 2.0, 3.0, 4.0])  # b interpolated at x
     assert mean.tolist() == pytest.approx(((x + bi) / 2).tolist())
     assert std.tolist() == pytest.approx((np.abs(x - bi) / 2).tolist())
+
+
+def test_run_job_statuses_for_stops_and_signals(tmp_path):
+    from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped
+    from rltool.sweep import Job, read_status, run_job
+
+    def stop(code):
+        def fn(resume):
+            raise RunStopped(f"stopped ({code})", code)
+
+        return fn
+
+    job = Job(tmp_path, multirun=True, overrides=["seed=0"], num=0)
+    assert run_job(job, stop(EXIT_DIVERGED)) is None  # recorded; the sweep goes on
+    assert read_status(tmp_path)["status"] == "failed"
+    with pytest.raises(RunStopped):  # a signal: recorded, and the sweep stops
+        run_job(job, stop(EXIT_PREEMPTED))
+    assert read_status(tmp_path)["status"] == "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, lambda resume: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert read_status(tmp_path)["status"] == "interrupted"
+    calls = []
+    assert run_job(job, lambda resume: calls.append(resume) or {"frames": 1}) == {"frames": 1}
+    assert calls == [False] and read_status(tmp_path)["status"] == "done"  # no checkpoint here
+    assert run_job(job, lambda resume: calls.append(resume)) is None  # done: skipped
+    assert calls == [False]
+    single = Job(tmp_path / "single", multirun=False, overrides=[], num=None)
+    single.run_dir.mkdir()
+    with pytest.raises(ValueError):  # a single run re-raises (the dispatcher prints one line)
+        run_job(single, lambda resume: int("x"))
+    assert read_status(single.run_dir)["error"].startswith("ValueError: invalid literal")
