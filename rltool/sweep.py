@@ -87,6 +87,8 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
     latest checkpoint (``resume=True``) or, without one, starts again; a failure is recorded and
     reported instead of raised, except a preemption (SIGTERM / SIGINT), which stops the sweep."""
     prev, resume = read_status(job.run_dir), False
+    status_path = Path(job.run_dir) / STATUS_FILE
+    before = status_path.read_bytes() if status_path.exists() else None
     if job.multirun and prev is not None:
         if prev.get("overrides") != job.overrides:
             # the folder's own record stays; the conflict is noted beside it for the summary
@@ -136,7 +138,10 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
         return _fail(job, e, keep_status=True)
     except Exception as e:  # noqa: BLE001 - recorded; a sweep goes on, a single run re-raises
         if not job.multirun:
-            write_status(job.run_dir, status="failed", error=one_line(e), ended=_now())
+            if isinstance(e, UserError):  # bad input (e.g. a resume refused): no trace on disk
+                _put_back(status_path, before)
+            else:
+                write_status(job.run_dir, status="failed", error=one_line(e), ended=_now())
             raise
         return _fail(job, e)
     except BaseException as e:  # Ctrl-C, SystemExit (a preempted job): resumable on a re-run
@@ -144,6 +149,15 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
         raise
     write_status(job.run_dir, status="done", ended=_now())
     return result
+
+
+def _put_back(path: Path, content: bytes | None) -> None:
+    if content is None:
+        path.unlink(missing_ok=True)
+    else:
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(content)
+        os.replace(tmp, path)
 
 
 def _fail(job: Job, e: Exception, keep_status: bool = False) -> None:

@@ -212,7 +212,7 @@ def test_band_interpolates_over_the_common_range():
 
 
 def test_run_job_statuses_for_stops_and_signals(tmp_path):
-    from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped
+    from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
     from rltool.sweep import Job, read_status, run_job
 
     def stop(code):
@@ -240,3 +240,11 @@ def test_run_job_statuses_for_stops_and_signals(tmp_path):
     with pytest.raises(ValueError):  # a single run re-raises (the dispatcher prints one line)
         run_job(single, lambda resume: int("x"))
     assert read_status(single.run_dir)["error"].startswith("ValueError: invalid literal")
+    before = (single.run_dir / "status.json").read_bytes()
+
+    def refuse(resume):
+        raise UserError("bad input")
+
+    with pytest.raises(UserError):  # bad input leaves the folder as it was
+        run_job(single, refuse)
+    assert (single.run_dir / "status.json").read_bytes() == before
