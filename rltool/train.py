@@ -111,7 +111,7 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     run = build(cfg)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)
-    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames)
+    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
     eval_seed = cfg.seed + cfg.eval.seed_offset
     try:
         while c.frames < cfg.total_frames:
