@@ -7,17 +7,19 @@ line and exits with status 2; ``--debug`` (or ``HYDRA_FULL_ERROR=1``) shows the 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from rltool import sweep
 from rltool.config import register_configs, to_config
 from rltool.errors import RunStopped, one_line
 from rltool.resume import cleanup, resume_args
+from rltool.sweep import current_job, run_job
 
 
 def conf_dir() -> str:
@@ -34,13 +36,41 @@ register_configs()
 def train_app(dcfg: DictConfig) -> float | None:
     from rltool.train import train  # torch and friends load only once the config is valid
 
-    cfg = to_config(dcfg)
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    summary = train(cfg, run_dir)
-    return summary.get("eval/return_mean")
+    job = current_job()
+
+    def fit(resume: bool) -> dict:
+        cfg = to_config(dcfg)
+        if resume:  # an interrupted multirun job continues from its latest checkpoint
+            cfg = dataclasses.replace(cfg, resume=str(job.run_dir))
+        return train(cfg, job.run_dir)
+
+    summary = run_job(job, fit)  # status.json; in a sweep: skip done, resume, record failures
+    return (summary or {}).get("eval/return_mean")
 
 
-COMMANDS = {"train": (train_app, "train an agent (Hydra overrides: env=..., policy=..., ...)")}
+def train_cmd() -> int:
+    """``rltool train``; after a sweep, exit status 1 if a job failed."""
+    sweep.LAST_SWEEP = None
+    train_app()
+    result = sweep.LAST_SWEEP
+    return 1 if result is not None and (result.failed or result.other) else 0
+
+
+def _lazy(module: str, func: str):
+    def run() -> int:
+        import importlib
+
+        return getattr(importlib.import_module(module), func)(sys.argv[1:])
+
+    return run
+
+
+COMMANDS = {
+    "train": (train_cmd, "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)"),
+    "eval": (_lazy("rltool.evaluation", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
+    "report": (_lazy("rltool.report", "report_main"), "table of runs/sweeps: <dirs...> [--format]"),
+    "plot": (_lazy("rltool.report", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+}
 
 USAGE = (
     "usage: rltool <command> [overrides ...] [--debug]\n\ncommands:\n"
@@ -80,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    env_before = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", "RLTOOL_DEBUG")}
+    if debug:
+        os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     tmp = None
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
@@ -87,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "train":  # resume=<run_dir>: compose from the run's saved config
             rest, tmp = resume_args(rest)
         sys.argv = [f"rltool-{name}", *rest]
-        COMMANDS[name][0]()
+        rc = COMMANDS[name][0]()
     except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
         print(f"rltool {name}: {e}", file=stderr)
         return e.exit_code
@@ -102,7 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sys.stderr = stderr
         cleanup(tmp)
-    return 0
+        for k, v in env_before.items():  # main() may run again in this process (tests, API)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return rc or 0
 
 
 if __name__ == "__main__":

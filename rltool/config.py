@@ -171,8 +171,38 @@ class CSVLoggerConfig:
 
 
 @dataclass
+class WandbLoggerConfig:
+    enabled: bool = False  # logger=[csv,wandb] turns it on
+    mode: str = "online"  # online | offline | disabled; online falls back to offline without
+    # an API key or network (never blocks)
+    project: str = "rltool"
+    entity: str | None = None
+    group: str | None = None  # null: the sweep folder in a multirun (one group per sweep)
+    name: str | None = None  # null: the job's overrides in a multirun, else the run folder
+    tags: list[str] = field(default_factory=list)
+    init_timeout_s: float = 30.0  # online only
+
+    def __post_init__(self):
+        _choice("logger.wandb.mode", self.mode, ("online", "offline", "disabled"))
+        _check(
+            self.init_timeout_s > 0,
+            "logger.wandb.init_timeout_s",
+            self.init_timeout_s,
+            "must be > 0",
+        )
+
+
+@dataclass
+class TensorBoardLoggerConfig:
+    enabled: bool = False  # logger=[csv,tensorboard] turns it on
+    subdir: str = "tensorboard"  # event files go to <run_dir>/<subdir>
+
+
+@dataclass
 class LoggerConfig:
     csv: CSVLoggerConfig = field(default_factory=CSVLoggerConfig)
+    wandb: WandbLoggerConfig = field(default_factory=WandbLoggerConfig)
+    tensorboard: TensorBoardLoggerConfig = field(default_factory=TensorBoardLoggerConfig)
     progress: str = "auto"  # auto (bar on a terminal, lines otherwise) | lines | none
     every_s: float = 5.0  # plain progress lines at most this often
 

@@ -38,7 +38,8 @@ def one_line(exc: BaseException) -> str:
         opts = re.search(r"Available options in '[^']+':\s*\n((?:[ \t]+\S+\n?)+)", text)
         names = [n for n in opts.group(1).split() if not n.startswith("base_")] if opts else []
         names = ", ".join(names) or "see rltool train --help"
-        return f"unknown option {group}={name}: choose one of {names}"
+        hint = " (joblib, submitit: pip install 'rltool[sweep]')" if "launcher" in group else ""
+        return f"unknown option {group}={name}: choose one of {names}{hint}"
     not_struct = re.search(r"Key '([^']+)' is not in struct", text)
     if not_struct:
         return (

@@ -125,7 +125,7 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     devices = run.collector.devices | {"loss": str(loss_device)}
     (run_dir / "devices.json").write_text(json.dumps(devices, indent=2))
     print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
-    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames)
+    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
     eval_seed = cfg.seed + cfg.eval.seed_offset
     try:
         while c.frames < cfg.total_frames:

@@ -233,8 +233,9 @@ class VectorEnv:
     def set_state(self, state: dict) -> None:
         for env, s in zip(self.vec_env.envs, state["envs"], strict=True):
             set_env_state(env, s)
-        self._ep_return[:] = state["episode_return"].numpy()
-        self._ep_length[:] = state["episode_length"].numpy()
+        # [B] in checkpoints written before the counters became [B, 1]
+        self._ep_return[:] = state["episode_return"].numpy().reshape(self._ep_return.shape)
+        self._ep_length[:] = state["episode_length"].numpy().reshape(self._ep_length.shape)
         if self.reward_scaler is not None:
             self.reward_scaler.ret = state["reward_return"].clone().double()
 

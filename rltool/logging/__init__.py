@@ -1,11 +1,15 @@
-"""Loggers: console progress and the CSV metrics file (always); more plug in through the
-``logger`` config group."""
+"""Loggers: console progress and the CSV metrics file (always); wandb and TensorBoard when the
+``logger`` group enables them (``logger=[csv,wandb,tensorboard]``). Every row carries ``frames``,
+the step of every logger."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from rltool.config import LoggerConfig
+from rltool.errors import ConfigError
 from rltool.logging.csv import CSVLogger
 from rltool.logging.progress import ProgressLogger
 
@@ -25,13 +29,32 @@ class Loggers:
             lg.close()
 
 
-def make_loggers(cfg: LoggerConfig, run_dir: Path, total_frames: int) -> Loggers:
-    return Loggers(
-        [
-            ProgressLogger(total_frames, cfg.progress, cfg.every_s),
-            CSVLogger(Path(run_dir) / cfg.csv.filename),
-        ]
-    )
+def make_loggers(cfg: LoggerConfig, run_dir: Path, total_frames: int, config=None) -> Loggers:
+    """Progress and CSV always; wandb / TensorBoard when their node is enabled. ``config``: the
+    run's whole Config (wandb records it)."""
+    loggers = [
+        ProgressLogger(total_frames, cfg.progress, cfg.every_s),
+        CSVLogger(Path(run_dir) / cfg.csv.filename),
+    ]
+    try:
+        if cfg.tensorboard.enabled:
+            from rltool.logging.tensorboard import TensorBoardLogger
+
+            loggers.append(TensorBoardLogger(cfg.tensorboard, run_dir))
+        if cfg.wandb.enabled and cfg.wandb.mode != "disabled":
+            from rltool.logging.wandb import WandbLogger
+
+            plain = OmegaConf.to_container(OmegaConf.structured(config)) if config else None
+            loggers.append(WandbLogger(cfg.wandb, run_dir, plain))
+    except ImportError as e:
+        Loggers(loggers).close()
+        raise ConfigError(
+            f"logger needs the missing package {e.name!r}: pip install 'rltool[loggers]'"
+        ) from None
+    except BaseException:
+        Loggers(loggers).close()
+        raise
+    return Loggers(loggers)
 
 
 __all__ = ["CSVLogger", "Loggers", "ProgressLogger", "make_loggers"]

@@ -1,0 +1,177 @@
+"""A trained policy outside training: ``policy, state = rltool.load_policy(run_dir)``.
+
+The policy comes back in eval + exploit mode with the run's frozen observation normalisation; it
+takes raw env observations and returns env-ready actions, carrying its recurrent state::
+
+    policy, state = rltool.load_policy("outputs/2026-12-02/10-11-12")
+    obs, _ = env.reset(seed=0)
+    while True:
+        action, state = policy(obs, state)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            break   # a new episode starts from policy.initial_state()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+from rltool import checkpoint as ckpt
+from rltool import keys as K
+from rltool.config import EnvConfig, PolicyConfig
+from rltool.envs import make_env
+from rltool.envs.normalize import ObsNormalizer
+from rltool.envs.vector import VectorEnv
+from rltool.errors import UserError
+from rltool.modules import make_policy
+
+
+def _typed(schema, node: dict):
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(schema), node))
+
+
+@dataclass
+class Restored:
+    """A checkpoint turned back into objects: the configs, the policy (exploit, eval), and the
+    frozen observation normaliser (or None)."""
+
+    env_cfg: EnvConfig
+    policy_cfg: PolicyConfig
+    config: dict
+    policy: torch.nn.Module
+    obs_norm: ObsNormalizer | None
+    frames: int
+    checkpoint: str  # the file's name
+
+    def make_env(self, num_envs: int, **kwargs) -> VectorEnv:
+        """An eval env: frozen shared normalisation, no reward scaling, sync backend."""
+        return make_env(
+            kwargs.pop("env_cfg", self.env_cfg),
+            num_envs=num_envs,
+            obs_norm=self.obs_norm,
+            training=False,
+            backend="sync",
+            **kwargs,
+        )
+
+
+def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
+    """The latest checkpoint of ``run_dir``, or the one named by ``checkpoint``: a file name of
+    ``<run>/checkpoints`` (with or without .pt) or its frame count."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise UserError(f"run={run_dir}: no such folder; give a run folder (outputs/<date>/<time>)")
+    folder = ckpt.checkpoint_dir(run_dir)
+    if checkpoint is None:
+        path = ckpt.latest(folder)
+        if path is None:
+            raise UserError(
+                f"run={run_dir} holds no checkpoint (nothing in {folder}): give the folder of a "
+                "training run that wrote one"
+            )
+        return path
+    name = f"ckpt-{int(checkpoint):012d}.pt" if checkpoint.isdigit() else checkpoint
+    path = folder / (name if name.endswith(".pt") else f"{name}.pt")
+    if not path.is_file():
+        have = sorted(p.stem for p in folder.glob("ckpt-*.pt")) if folder.is_dir() else []
+        raise UserError(
+            f"checkpoint {checkpoint!r} not found in {folder}: choose one of "
+            f"{', '.join(have) or 'none'} (or its frame count)"
+        )
+    return path
+
+
+def restore(run_dir, checkpoint: str | None = None) -> Restored:
+    """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
+    loaded with ``weights_only=True`` (:func:`rltool.checkpoint.load`)."""
+    path = checkpoint_path(run_dir, checkpoint)
+    body = ckpt.load(path)
+    config, state = body["config"], body["state"]
+    env_cfg, policy_cfg = _typed(EnvConfig, config["env"]), _typed(PolicyConfig, config["policy"])
+    obs_norm = None
+    if state.get("obs_norm") is not None:
+        obs_norm = ObsNormalizer(tuple(state["obs_norm"]["mean"].shape), clip=env_cfg.clip_obs)
+        obs_norm.load_state_dict(state["obs_norm"])
+    probe = make_env(env_cfg, num_envs=1, obs_norm=obs_norm, training=False, backend="sync")
+    specs = probe.specs
+    probe.close()
+    policy = make_policy(policy_cfg, specs, heads=("actor", "critic"))
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as e:
+        raise UserError(
+            f"the checkpoint of {run_dir} does not fit the policy its config describes "
+            f"({str(e).splitlines()[0]})"
+        ) from None
+    policy.eval()
+    policy.explore = False
+    frames = int(body["counters"]["frames"])
+    return Restored(env_cfg, policy_cfg, config, policy, obs_norm, frames, path.name)
+
+
+class LoadedPolicy:
+    """Raw observation(s) -> env-ready action(s), with the recurrent state passed in and out.
+
+    ``observation``: one observation, or a batch [B, ...]. ``reward``: the reward that came with
+    this observation (only read by policies with ``prev_reward`` inputs; None at an episode's
+    start). ``module`` is the torch policy (eval, exploit)."""
+
+    def __init__(self, restored: Restored):
+        self.restored, self.module = restored, restored.policy
+        env = restored.make_env(1)
+        self._env, self.specs = env, env.specs
+        self._space = env.vec_env.single_observation_space
+        env.close()
+
+    def initial_state(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
+        """Zeros for the recurrent state (and the previous action / reward inputs)."""
+        return {
+            k: s.zeros(batch_size)
+            for k, s in {**self.module.state_specs, **self.module.input_specs}.items()
+        }
+
+    @torch.no_grad()
+    def __call__(self, observation, state: dict, reward=None):
+        single = np.shape(observation) == self._space.shape
+        raw = np.asarray(observation)[None] if single else np.asarray(observation)
+        obs = self._env._obs(raw)  # the env layer's conversion; frozen normalisation (eval env)
+        inputs = {K.OBSERVATION: obs}
+        for k in self.module.input_specs:
+            inputs[k] = state[k]
+        if reward is not None and K.PREV_REWARD in inputs:
+            inputs[K.PREV_REWARD] = torch.as_tensor(reward, dtype=torch.float32).reshape(-1, 1)
+        rnn_state = {k: state[k] for k in self.module.state_specs}
+        is_init = torch.zeros(obs.shape[0], 1, dtype=torch.bool)
+        out, nxt = self.module.act(inputs, rnn_state, is_init)
+        action = out[K.ACTION]
+        new_state = dict(nxt)
+        if K.PREV_ACTION in self.module.input_specs:
+            new_state[K.PREV_ACTION] = action
+        if K.PREV_REWARD in self.module.input_specs:
+            new_state[K.PREV_REWARD] = inputs[K.PREV_REWARD]
+        return self._to_env(action, single), new_state
+
+    def _to_env(self, action: torch.Tensor, single: bool):
+        a = action.cpu().numpy()
+        spec = self.specs.action
+        if spec.discrete:
+            a = a + int(spec.low[0])
+        else:
+            a = np.clip(
+                a,
+                np.asarray(spec.low).reshape(a.shape[1:]),
+                np.asarray(spec.high).reshape(a.shape[1:]),
+            )
+        return a[0] if single else a
+
+
+def load_policy(run_dir, checkpoint: str | None = None) -> tuple[LoadedPolicy, dict]:
+    """The run's policy (latest or named checkpoint) in exploit mode, and its initial state for
+    one env."""
+    policy = LoadedPolicy(restore(Path(run_dir), checkpoint))
+    return policy, policy.initial_state(1)

@@ -1,0 +1,264 @@
+"""``rltool report <dirs...>`` and ``rltool plot <dirs...>``: results of runs and sweeps.
+
+A run folder holds ``config.yaml``, ``metrics.csv``, ``summary.json`` (written by training),
+``status.json`` (the job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
+into settings by their overrides minus the seed; overrides shared by every run are left out of
+the setting's name when there are several settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+
+from rltool.errors import UserError
+from rltool.sweep import STATUS_FILE, read_status
+
+_SKIP_PARTS = {".submitit", ".hydra", "wandb", "tensorboard", "checkpoints", "videos"}
+
+
+@dataclass
+class RunInfo:
+    path: Path
+    overrides: list[str]
+    status: str
+    error: str | None
+    summary: dict
+
+    @property
+    def seed_free(self) -> tuple[str, ...]:
+        return tuple(o for o in self.overrides if o.lstrip("+~").split("=")[0] != "seed")
+
+
+@dataclass
+class Setting:
+    name: str
+    runs: list[RunInfo] = field(default_factory=list)
+
+
+def _is_run(d: Path) -> bool:
+    return any((d / f).is_file() for f in ("metrics.csv", STATUS_FILE, "summary.json"))
+
+
+def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
+    """Every run folder at or below ``dirs``; raises UserError when there is none."""
+    runs, seen = [], set()
+    for d in map(Path, dirs):
+        if not d.is_dir():
+            raise UserError(
+                f"{d}: no such folder; give run or sweep folders (outputs/..., multirun/...)"
+            )
+        cands = (
+            [d]
+            if _is_run(d)
+            else sorted(
+                {p.parent for n in ("metrics.csv", STATUS_FILE) for p in d.rglob(n)}, key=_natural
+            )
+        )
+        for c in cands:
+            if c.resolve() not in seen and not _SKIP_PARTS & set(c.relative_to(d).parts):
+                seen.add(c.resolve())
+                runs.append(_read_run(c))
+    if not runs:
+        raise UserError(
+            f"no runs found in {', '.join(map(str, dirs))}: give folders made by rltool train "
+            "(each run holds metrics.csv and status.json)"
+        )
+    return runs
+
+
+def _natural(p: Path):
+    return [(0, int(s), "") if s.isdigit() else (1, 0, s) for s in p.parts]
+
+
+def _read_run(d: Path) -> RunInfo:
+    st = read_status(d) or {}
+    overrides = st.get("overrides")
+    ov_file = d / ".hydra" / "overrides.yaml"
+    if ov_file.is_file():
+        overrides = [str(o) for o in OmegaConf.load(ov_file)]
+    try:
+        summary = json.loads((d / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = {}
+    status = st.get("status") or ("done" if summary else "unknown")
+    return RunInfo(d, list(overrides or []), status, st.get("error"), summary)
+
+
+def group_runs(runs: list[RunInfo]) -> list[Setting]:
+    keys = list(dict.fromkeys(r.seed_free for r in runs))
+    common = set.intersection(*(set(k) for k in keys)) if len(keys) > 1 else set()
+    settings: dict[tuple, Setting] = {}
+    for r in runs:
+        name = " ".join(o for o in r.seed_free if o not in common) or "(defaults)"
+        settings.setdefault(r.seed_free, Setting(name)).runs.append(r)
+    return list(settings.values())
+
+
+def _mean_std(xs: list[float]) -> tuple[float, float]:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return math.nan, math.nan
+    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+
+
+def rows(settings: list[Setting]) -> list[dict]:
+    out = []
+    for s in settings:
+        ret_mean, ret_std = _mean_std([r.summary.get("eval/return_mean") for r in s.runs])
+        counts: dict[str, int] = {}
+        for r in s.runs:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        errors = sorted({r.error for r in s.runs if r.error})
+        out.append(
+            {
+                "setting": s.name,
+                "seeds": len(s.runs),
+                "return_mean": ret_mean,
+                "return_std": ret_std,
+                "frames": _mean_std([r.summary.get("frames") for r in s.runs])[0],
+                "wall_time_s": _mean_std([r.summary.get("wall_time_s") for r in s.runs])[0],
+                "status": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
+                "error": "; ".join(errors),
+            }
+        )
+    return out
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def _pm(mean: float, std: float) -> str:
+    return "-" if not math.isfinite(mean) else f"{mean:.1f} +- {std:.1f}"
+
+
+def format_table(table: list[dict], fmt: str = "table") -> str:
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(table[0]))
+        w.writeheader()
+        w.writerows(table)
+        return buf.getvalue().rstrip("\n")
+    head = ["setting", "seeds", "final eval return", "frames", "wall time", "status"]
+    body = [
+        [
+            r["setting"],
+            str(r["seeds"]),
+            _pm(r["return_mean"], r["return_std"]),
+            _fmt(r["frames"], ",.0f"),
+            _fmt(r["wall_time_s"], ".1f") + " s" * math.isfinite(r["wall_time_s"]),
+            r["status"] + (f" ({r['error']})" if r["error"] else ""),
+        ]
+        for r in table
+    ]
+    if fmt == "markdown":
+        lines = [head, ["---"] * len(head), *body]
+        return "\n".join(
+            "| " + " | ".join(c.replace("|", "\\|") for c in ln) + " |" for ln in lines
+        )
+    widths = [max(len(ln[i]) for ln in [head, *body]) for i in range(len(head))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(ln, widths, strict=True)).rstrip()
+        for ln in [head, *body]
+    )
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 through the dispatcher
+        raise UserError(message)
+
+
+def report_main(argv: list[str]) -> int:
+    p = _Parser(prog="rltool report", description="Table of run / sweep folders.")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("--format", choices=("table", "markdown", "csv"), default="table")
+    a = p.parse_args(argv)
+    print(format_table(rows(group_runs(find_runs(a.dirs))), a.format))
+    return 0
+
+
+# ---- learning curves ----
+def eval_curve(run: RunInfo, metric: str = "eval/return_mean") -> tuple[np.ndarray, np.ndarray]:
+    """(frames, metric) at the rows of metrics.csv where ``metric`` was logged."""
+    xs, ys = [], []
+    path = run.path / "metrics.csv"
+    if path.is_file():
+        with path.open(newline="") as f:
+            for row in csv.DictReader(f):
+                if row.get(metric):
+                    xs.append(float(row["frames"]))
+                    ys.append(float(row[metric]))
+    return np.asarray(xs), np.asarray(ys)
+
+
+def band(curves: list[tuple[np.ndarray, np.ndarray]]):
+    """Mean and std over seeds on the union of their frame counts, up to where every seed has
+    data (linear interpolation between a seed's own points). Returns (x, mean, std)."""
+    curves = [c for c in curves if len(c[0])]
+    if not curves:
+        return np.array([]), np.array([]), np.array([])
+    end = min(c[0][-1] for c in curves)
+    x = np.unique(np.concatenate([c[0] for c in curves]))
+    x = x[x <= end]
+    ys = np.stack([np.interp(x, cx, cy) for cx, cy in curves])
+    return x, ys.mean(0), ys.std(0)
+
+
+def plot_main(argv: list[str]) -> int:
+    p = _Parser(prog="rltool plot", description="Eval return vs frames, shaded over seeds -> PNG.")
+    p.add_argument("dirs", nargs="+")
+    p.add_argument("--out", help="PNG file (default: <first folder>/learning_curves.png)")
+    p.add_argument("--metric", default="eval/return_mean")
+    p.add_argument("--title", default=None)
+    a = p.parse_args(argv)
+    settings = group_runs(find_runs(a.dirs))
+    out = Path(a.out) if a.out else Path(a.dirs[0]) / "learning_curves.png"
+    n = plot(settings, out, a.metric, a.title or " ".join(a.dirs))
+    print(f"rltool plot: {n} setting(s) -> {out}")
+    return 0
+
+
+def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UserError("rltool plot needs matplotlib: pip install 'rltool[plot]'") from None
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    drawn = 0
+    for s in settings:
+        x, mean, std = band([eval_curve(r, metric) for r in s.runs])
+        if not len(x):
+            continue
+        seeds = sum(len(eval_curve(r, metric)[0]) > 0 for r in s.runs)
+        marker = "o" if len(x) < 15 else None  # a few evals: show the points
+        (line,) = ax.plot(
+            x, mean, marker=marker, label=f"{s.name} ({seeds} seed{'s' * (seeds != 1)})"
+        )
+        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        raise UserError(f"no {metric} values in the metrics.csv of these runs: nothing to plot")
+    ax.set_xlabel("frames")
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return drawn

@@ -1,0 +1,250 @@
+"""Multirun: status files, failures that do not stop a sweep, skip-done re-runs, the joblib and
+submitit_local launchers, report tables and plots from real (tiny) sweeps."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from wandb_records import run_record
+
+from rltool.cli import main
+from rltool.report import band, find_runs, group_runs, rows
+
+# a tiny budget: 2 updates of 128 frames, evaluated twice on 2 episodes
+BASE = [
+    "total_frames=256",
+    "eval.every_frames=128",
+    "eval.episodes=2",
+    "loss.epochs=2",
+    "logger.progress=none",
+]
+TINY = [*BASE, "collector.frames_per_batch=128"]
+# a 2x2 sweep where exactly one job is invalid: 100 frames do not split over 8 envs
+ONE_FAILS = ["collector.frames_per_batch=128,100", "env.num_envs=4,8"]
+
+
+def statuses(sweep: Path) -> dict[str, dict]:
+    return {
+        d.name: json.loads((d / "status.json").read_text())
+        for d in sorted(sweep.iterdir())
+        if (d / "status.json").exists()
+    }
+
+
+def test_basic_2x2_sweep_report_plot_and_rerun(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    args = ["train", "-m", "policy.hidden_sizes=[8],[16]", "seed=0,1", *TINY]
+    assert main([*args, f"hydra.sweep.dir={sweep}"]) == 0
+    st = statuses(sweep)
+    assert sorted(st) == ["0", "1", "2", "3"]
+    assert all(s["status"] == "done" and s["error"] is None for s in st.values())
+    for d in st:
+        assert (sweep / d / "summary.json").exists() and (sweep / d / "metrics.csv").exists()
+    assert "4 done" in capsys.readouterr().out
+
+    table = rows(group_runs(find_runs([str(sweep)])))
+    assert [(r["setting"], r["seeds"], r["status"]) for r in table] == [
+        ("policy.hidden_sizes=[8]", 2, "2 done"),
+        ("policy.hidden_sizes=[16]", 2, "2 done"),
+    ]
+    finals = [json.loads((sweep / d / "summary.json").read_text()) for d in ("0", "1")]
+    returns = [f["eval/return_mean"] for f in finals]
+    assert table[0]["return_mean"] == pytest.approx(np.mean(returns))
+    assert table[0]["return_std"] == pytest.approx(np.std(returns, ddof=1))
+    assert table[0]["frames"] == 256
+
+    assert main(["report", str(sweep), "--format", "markdown"]) == 0
+    md = capsys.readouterr().out.splitlines()
+    assert md[0].startswith("| setting | seeds |") and len(md) == 4
+    png = tmp_path / "curves.png"
+    assert main(["plot", str(sweep), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+    # the same sweep into the same folder: every job is skipped, nothing is rewritten
+    mtimes = {d: (sweep / d / "metrics.csv").stat().st_mtime_ns for d in st}
+    assert main([*args, f"hydra.sweep.dir={sweep}"]) == 0
+    assert capsys.readouterr().out.count("done already, skipped") == 4
+    assert statuses(sweep) == st
+    assert {d: (sweep / d / "metrics.csv").stat().st_mtime_ns for d in st} == mtimes
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_one_failing_job_leaves_the_others_done(tmp_path, capsys, launcher):
+    sweep = tmp_path / "sweep"
+    extra = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"] if launcher == "joblib" else []
+    args = ["train", "-m", *extra, *ONE_FAILS, *BASE, f"hydra.sweep.dir={sweep}"]
+    assert main(args) == 1
+    st = statuses(sweep)
+    failed = [d for d, s in st.items() if s["status"] == "failed"]
+    assert len(st) == 4 and failed == ["3"]
+    assert "collector.frames_per_batch=100" in st["3"]["overrides"]
+    assert "env.num_envs=8" in st["3"]["overrides"]
+    assert "multiple of env.num_envs=8" in st["3"]["error"]
+    err = capsys.readouterr().err
+    assert "3 done, 1 failed: job 3 (collector.frames_per_batch=100 is invalid" in err
+
+    assert main(["report", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "1 failed (collector.frames_per_batch=100 is invalid" in out
+    if launcher == "basic":  # a re-run skips the three done jobs and retries the failed one
+        done_before = {d: s for d, s in st.items() if d != "3"}
+        assert main(args) == 1
+        assert capsys.readouterr().out.count("done already, skipped") == 3
+        after = statuses(sweep)
+        assert {d: after[d] for d in done_before} == done_before
+        assert after["3"]["status"] == "failed"
+
+
+def test_rerun_into_a_folder_of_another_sweep_is_refused(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    assert main(["train", "-m", "seed=0", *TINY, f"hydra.sweep.dir={sweep}"]) == 0
+    before = (sweep / "0" / "status.json").read_text()
+    assert main(["train", "-m", "seed=5", *TINY, f"hydra.sweep.dir={sweep}"]) == 1
+    assert "holds a job with other overrides" in capsys.readouterr().err
+    after = json.loads((sweep / "0" / "status.json").read_text())
+    assert after.pop("conflict").endswith("sweep into a fresh hydra.sweep.dir")
+    assert after == json.loads(before)  # the done record is kept
+
+
+def _unfinish(job: Path) -> None:
+    status = json.loads((job / "status.json").read_text())
+    (job / "status.json").write_text(json.dumps({**status, "status": "running"}))  # a kill
+
+
+def test_interrupted_job_resumes_from_its_checkpoint(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    args = [
+        "train",
+        "-m",
+        "seed=0",
+        *TINY,
+        "checkpoint.every_frames=128",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    assert main(args) == 0
+    job, ck = sweep / "0", sweep / "0" / "checkpoints"
+    full = csv_rows(job)
+    # as if killed between the checkpoint at 128 frames and the end
+    (ck / "ckpt-000000000256.pt").unlink()
+    (ck / "latest").write_text("ckpt-000000000128.pt\n")
+    (job / "summary.json").unlink()
+    _unfinish(job)
+    assert main(args) == 0
+    assert "resuming" in capsys.readouterr().err
+    assert json.loads((job / "status.json").read_text())["status"] == "done"
+    again = csv_rows(job)
+    drop = ("time/collect_s", "time/update_s", "time/eval_s", "time_s", "fps")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]
+    assert strip(again) == strip(full)  # exact resume: the same rows, none duplicated
+    assert not list(job.glob("metrics.csv.interrupted-*"))
+
+
+def test_interrupted_job_without_checkpoint_restarts_and_keeps_old_metrics(tmp_path):
+    sweep = tmp_path / "sweep"
+    args = ["train", "-m", "seed=0", *TINY, f"hydra.sweep.dir={sweep}"]
+    assert main(args) == 0
+    job = sweep / "0"
+    shutil.rmtree(job / "checkpoints")  # killed before its first checkpoint
+    _unfinish(job)
+    old = (job / "metrics.csv").read_text()
+    assert main(args) == 0
+    assert json.loads((job / "status.json").read_text())["status"] == "done"
+    assert (job / "metrics.csv.interrupted-1").read_text() == old
+    assert len((job / "metrics.csv").read_text().splitlines()) == len(old.splitlines())
+
+
+def csv_rows(run: Path) -> list[dict]:
+    with (run / "metrics.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    sweep = tmp_path / "sweep"
+    args = [
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=5",
+        "seed=0,1",
+        "logger=[csv,wandb]",
+        "logger.wandb.mode=offline",
+        *TINY,
+        f"hydra.sweep.dir={sweep}",
+    ]
+    assert main(args) == 0
+    st = statuses(sweep)
+    assert sorted(st) == ["0", "1"] and {s["status"] for s in st.values()} == {"done"}
+    assert "2 done" in capsys.readouterr().out
+    for job in ("0", "1"):  # one wandb group per sweep, each job named by its overrides
+        rid = (sweep / job / "wandb_id").read_text().strip()
+        (path,) = (sweep / job).glob(f"wandb/offline-run-*-{rid}/run-{rid}.wandb")
+        run = run_record(path)
+        assert run.run_group == str(sweep)
+        assert run.display_name.startswith(f"seed={job} logger=[csv,wandb] ")
+
+
+def test_unknown_launcher_and_empty_report_are_one_line_errors(tmp_path, capsys):
+    assert main(["train", "-m", "hydra/launcher=nope", "seed=0,1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "unknown option hydra/launcher=nope: choose one of basic, joblib" in err
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no runs found" in err
+    assert main(["plot", str(tmp_path / "missing")]) == 2
+    assert "no such folder" in capsys.readouterr().err
+
+
+def test_band_interpolates_over_the_common_range():
+    a = (np.array([0.0, 10.0, 20.0]), np.array([0.0, 10.0, 20.0]))
+    b = (np.array([0.0, 5.0, 15.0]), np.array([2.0, 2.0, 4.0]))  # ends at 15
+    x, mean, std = band([a, b])
+    assert x.tolist() == [0.0, 5.0, 10.0, 15.0]
+    bi = np.array([2.0, 2.0, 3.0, 4.0])  # b interpolated at x
+    assert mean.tolist() == pytest.approx(((x + bi) / 2).tolist())
+    assert std.tolist() == pytest.approx((np.abs(x - bi) / 2).tolist())
+
+
+def test_run_job_statuses_for_stops_and_signals(tmp_path):
+    from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
+    from rltool.sweep import Job, read_status, run_job
+
+    def stop(code):
+        def fn(resume):
+            raise RunStopped(f"stopped ({code})", code)
+
+        return fn
+
+    job = Job(tmp_path, multirun=True, overrides=["seed=0"], num=0)
+    assert run_job(job, stop(EXIT_DIVERGED)) is None  # recorded; the sweep goes on
+    assert read_status(tmp_path)["status"] == "failed"
+    with pytest.raises(RunStopped):  # a signal: recorded, and the sweep stops
+        run_job(job, stop(EXIT_PREEMPTED))
+    assert read_status(tmp_path)["status"] == "interrupted"
+    with pytest.raises(KeyboardInterrupt):
+        run_job(job, lambda resume: (_ for _ in ()).throw(KeyboardInterrupt()))
+    assert read_status(tmp_path)["status"] == "interrupted"
+    calls = []
+    assert run_job(job, lambda resume: calls.append(resume) or {"frames": 1}) == {"frames": 1}
+    assert calls == [False] and read_status(tmp_path)["status"] == "done"  # no checkpoint here
+    assert run_job(job, lambda resume: calls.append(resume)) is None  # done: skipped
+    assert calls == [False]
+    single = Job(tmp_path / "single", multirun=False, overrides=[], num=None)
+    single.run_dir.mkdir()
+    with pytest.raises(ValueError):  # a single run re-raises (the dispatcher prints one line)
+        run_job(single, lambda resume: int("x"))
+    assert read_status(single.run_dir)["error"].startswith("ValueError: invalid literal")
+    before = (single.run_dir / "status.json").read_bytes()
+
+    def refuse(resume):
+        raise UserError("bad input")
+
+    with pytest.raises(UserError):  # bad input leaves the folder as it was
+        run_job(single, refuse)
+    assert (single.run_dir / "status.json").read_bytes() == before
