@@ -1,6 +1,9 @@
 """``rltool train``: the whole run on one page.
 
 build -> loop (collect -> targets -> update -> log -> evaluate) -> final eval -> close.
+The loss decides what an update computes (``UPDATES``): PPO runs GAE and epochs of minibatches
+on the rollout; DQN stores it in the replay buffer and, after warm-up, samples ``utd_ratio``
+batches from it. Everything else is one loop.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ from omegaconf import OmegaConf
 from rltool import keys as K
 from rltool.collectors import Collector
 from rltool.config import Config
-from rltool.data import minibatches, resolve_sampler
+from rltool.data import ReplayBuffer, make_replay, minibatches, resolve_sampler
 from rltool.envs import make_env
 from rltool.evaluate import evaluate
 from rltool.logging import make_loggers
-from rltool.losses import PPOLoss, add_gae
+from rltool.losses import DQNLoss, PPOLoss, add_gae, linear_schedule
 from rltool.modules import make_policy
 
 
@@ -40,56 +43,117 @@ class Run:
     env: object
     eval_env: object
     policy: torch.nn.Module
-    loss: PPOLoss
+    loss: PPOLoss | DQNLoss
     collector: Collector
     optimizer: torch.optim.Optimizer
-    sampler: str
+    sampler: str | None  # PPO's minibatch sampler
+    buffer: ReplayBuffer | None = None  # DQN's replay
 
 
-def build(cfg: Config) -> Run:
+HEADS = {"ppo": ("actor", "critic"), "dqn": ("q",)}
+
+
+def build(cfg: Config, run_dir: Path | None = None) -> Run:
     torch.set_num_threads(cfg.num_threads)
     seed_everything(cfg.seed)
     env = make_env(cfg.env, gamma=cfg.loss.gamma)
     eval_env = make_env(
         cfg.env, num_envs=cfg.eval.episodes, obs_norm=env.obs_norm, training=False, backend="sync"
     )
-    policy = make_policy(cfg.policy, env.specs, heads=("actor", "critic"))
-    sampler = resolve_sampler(cfg.loss.sampler, recurrent=bool(policy.state_specs))
-    loss = PPOLoss(
-        policy,
-        cfg.loss.clip_epsilon,
-        cfg.loss.clip_value,
-        cfg.loss.normalize_advantage,
-        cfg.loss.entropy_coef,
-        cfg.loss.value_coef,
-        cfg.loss.reduction,
-    )
+    policy = make_policy(cfg.policy, env.specs, heads=HEADS[cfg.loss.name])
+    sampler, buffer = None, None
+    if cfg.loss.name == "ppo":
+        sampler = resolve_sampler(cfg.loss.sampler, recurrent=bool(policy.state_specs))
+        loss = PPOLoss(
+            policy,
+            cfg.loss.clip_epsilon,
+            cfg.loss.clip_value,
+            cfg.loss.normalize_advantage,
+            cfg.loss.entropy_coef,
+            cfg.loss.value_coef,
+            cfg.loss.reduction,
+        )
+    else:
+        buffer = make_replay(cfg.buffer, cfg.loss.n_steps, env.num_envs, policy, cfg.seed, run_dir)
+        loss = DQNLoss(
+            policy,
+            cfg.loss.gamma,
+            cfg.loss.n_steps,
+            cfg.loss.double_dqn,
+            cfg.loss.loss_function,
+            cfg.loss.reduction,
+            cfg.loss.target_update,
+            cfg.loss.target_update_every,
+            cfg.loss.tau,
+            burn_in=buffer.burn_in,
+        )
+        policy.epsilon = cfg.loss.eps_start
     collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=cfg.seed)
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps)
-    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler)
+    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler, buffer)
 
 
-def update(run: Run, batch, progress: float) -> dict[str, float]:
+def optimize(run: Run, terms, sums: dict[str, float]) -> None:
+    """One gradient step on the sum of the ``loss_*`` terms; adds each scalar term to ``sums``."""
+    total = sum(v for k, v in terms.items() if k.startswith("loss_"))
+    run.optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    if run.cfg.optim.max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(run.policy.parameters(), run.cfg.optim.max_grad_norm)
+    run.optimizer.step()
+    for k, v in terms.items():
+        if v.dim() == 0:
+            sums[k] = sums.get(k, 0.0) + v.detach().item()
+
+
+def set_lr(run: Run, progress: float) -> dict[str, float]:
+    """Linear annealing, anchored to total_frames."""
+    lr = run.cfg.optim.lr * (1 - progress if run.cfg.optim.anneal_lr else 1)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    return {"lr": lr}
+
+
+def ppo_update(run: Run, batch, progress: float) -> dict[str, float]:
     """PPO: GAE, then epochs of minibatches; returns the mean of each logged term."""
     cfg = run.cfg
-    for group in run.optimizer.param_groups:  # linear annealing, anchored to total_frames
-        group["lr"] = cfg.optim.lr * (1 - progress if cfg.optim.anneal_lr else 1)
+    lr = set_lr(run, progress)
     run.loss.clip_epsilon = cfg.loss.clip_epsilon * (1 - progress if cfg.loss.anneal_clip else 1)
     add_gae(batch, cfg.loss.gamma, cfg.loss.gae_lambda)
     sums: dict[str, float] = {}
     for _ in range(cfg.loss.epochs):
         for mb in minibatches(batch, cfg.loss.num_minibatches, run.sampler):
-            terms = run.loss(mb)
-            total = sum(v for k, v in terms.items() if k.startswith("loss_"))
-            run.optimizer.zero_grad(set_to_none=True)
-            total.backward()
-            if cfg.optim.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(run.policy.parameters(), cfg.optim.max_grad_norm)
-            run.optimizer.step()
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().mean().item()
+            optimize(run, run.loss(mb), sums)
     n = cfg.loss.epochs * cfg.loss.num_minibatches
-    return {k: v / n for k, v in sums.items()} | {"lr": run.optimizer.param_groups[0]["lr"]}
+    return {k: v / n for k, v in sums.items()} | lr
+
+
+def dqn_update(run: Run, batch, progress: float) -> dict[str, float]:
+    """DQN: store the rollout; after warm-up, ``utd_ratio`` steps on sampled batches, each
+    followed by its priorities and the target update; then epsilon for the next rollout."""
+    cfg, frames = run.cfg, round(progress * run.cfg.total_frames)
+    lr = set_lr(run, progress)
+    run.buffer.extend(batch)
+    sums: dict[str, float] = {}
+    n = cfg.loss.utd_ratio if frames >= cfg.loss.warmup_frames and run.buffer.can_sample() else 0
+    for _ in range(n):
+        sample = run.buffer.sample()
+        terms = run.loss(sample)
+        optimize(run, terms, sums)
+        run.buffer.update_priorities(sample, terms["td_error"])
+        run.loss.update_target()
+    run.policy.epsilon = linear_schedule(
+        cfg.loss.eps_start, cfg.loss.eps_end, cfg.loss.eps_frames, frames
+    )
+    return {k: v / n for k, v in sums.items()} | lr | {"epsilon": run.policy.epsilon}
+
+
+UPDATES = {"ppo": ppo_update, "dqn": dqn_update}
+
+
+def update(run: Run, batch, progress: float) -> dict[str, float]:
+    """What the loss computes from a fresh rollout ([T, B]); the mean of each logged term."""
+    return UPDATES[run.cfg.loss.name](run, batch, progress)
 
 
 def episode_stats(batch) -> dict[str, float]:
@@ -103,7 +167,7 @@ def episode_stats(batch) -> dict[str, float]:
 
 def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv and summary.json in ``run_dir``."""
-    run = build(cfg)
+    run = build(cfg, run_dir)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames)
     frames, next_eval, start = 0, cfg.eval.every_frames, time.perf_counter()
@@ -136,6 +200,8 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
         loggers.close()
         run.collector.close()
         run.eval_env.close()
+        if run.buffer is not None:  # a memmap made for this run only is scratch space
+            run.buffer.close(delete=cfg.buffer.path is None)
     summary = {
         "frames": frames,
         "wall_time_s": time.perf_counter() - start,
