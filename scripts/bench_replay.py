@@ -134,23 +134,32 @@ def main() -> None:
     computed = per_step * args.transitions / 2**20
 
     peak = max(r[1] for r in rows)
-    print(f"\nreplay: {args.transitions:,} transitions, LSTM {HIDDEN} units (h, c at every step), "
-          f"obs {OBS}; windows of {args.seq_len} ({args.burn_in} burn-in), {args.batch} per sample"
-          f"{', prioritized' if args.prioritized else ''}\n")
+    print(
+        f"\nreplay: {args.transitions:,} transitions, LSTM {HIDDEN} units (h, c at every step), "
+        f"obs {OBS}; windows of {args.seq_len} ({args.burn_in} burn-in), {args.batch} per sample"
+        f"{', prioritized' if args.prioritized else ''}\n"
+    )
     print(f"{'phase':<44} {'RssAnon MB':>10}")
     for name, mb in rows:
         print(f"{name:<44} {mb:>10.0f}")
-    print(f"\nmemmap on disk: {disk / 2**30:.2f} GiB ({per_step} bytes per transition); "
-          f"filled in {fill_s:.1f} s")
-    print(f"peak RssAnon with the memmap buffer: {peak:.0f} MB "
-          f"({'under' if peak < 500 else 'OVER'} the 500 MB goal)")
-    print(f"in-RAM alternative: {computed:,.0f} MB computed from the bytes per transition; "
-          f"{measured:,.0f} MB measured on a {len(ram):,}-transition in-RAM buffer, scaled x"
-          f"{args.transitions / len(ram):.0f}")
+    print(
+        f"\nmemmap on disk: {disk / 2**30:.2f} GiB ({per_step} bytes per transition); "
+        f"filled in {fill_s:.1f} s"
+    )
+    print(
+        f"peak RssAnon with the memmap buffer: {peak:.0f} MB "
+        f"({'under' if peak < 500 else 'OVER'} the 500 MB goal)"
+    )
+    print(
+        f"in-RAM alternative: {computed:,.0f} MB computed from the bytes per transition; "
+        f"{measured:,.0f} MB measured on a {len(ram):,}-transition in-RAM buffer, scaled x"
+        f"{args.transitions / len(ram):.0f}"
+    )
     print(f"\n{'sampling':<44} {'sequences/s':>12}")
     print(f"{'memmap, ' + format(args.transitions, ',') + ' transitions':<44} {mm_rate:>12,.0f}")
-    print(f"{'in RAM, ' + format(len(ram), ',') + ' transitions (reference)':<44} "
-          f"{ram_rate:>12,.0f}")
+    print(
+        f"{'in RAM, ' + format(len(ram), ',') + ' transitions (reference)':<44} {ram_rate:>12,.0f}"
+    )
     print(f"{'ratio memmap / in RAM':<44} {mm_rate / ram_rate:>12.2f}")
 
 

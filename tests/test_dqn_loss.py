@@ -203,9 +203,9 @@ def test_epsilon_schedule_and_greedy():
     assert out[K.ACTION].eq(0).all()
 
 
-def gru_window(T=6, B=3, burn_in=2, seed=0):
+def rnn_window(kind, T=6, B=3, burn_in=2, seed=0):
     g = torch.Generator().manual_seed(seed)
-    cfg = PolicyConfig(kind="gru", hidden_size=5, hidden_sizes=[], encoder_sizes=[])
+    cfg = PolicyConfig(kind=kind, hidden_size=5, hidden_sizes=[], encoder_sizes=[])
     torch.manual_seed(seed)
     policy = make_policy(cfg, SPECS, heads=("q",))
     is_init = torch.zeros(T, B, 1, dtype=torch.bool)
@@ -216,7 +216,10 @@ def gru_window(T=6, B=3, burn_in=2, seed=0):
             K.OBSERVATION: torch.randn(T, B, 2, generator=g),
             K.IS_INIT: is_init,
             K.ACTION: torch.randint(2, (T, B), generator=g),
-            K.RECURRENT_STATE_H: torch.randn(1, B, 1, 5, generator=g).expand(T, B, 1, 5),
+            **{
+                k: torch.randn(1, B, 1, 5, generator=g).expand(T, B, 1, 5)
+                for k in policy.state_specs
+            },
             K.NEXT: {
                 K.OBSERVATION: torch.randn(T, B, 2, generator=g),
                 K.REWARD: torch.randn(T, B, 1, generator=g),
@@ -230,20 +233,22 @@ def gru_window(T=6, B=3, burn_in=2, seed=0):
     return policy, td
 
 
-def test_burn_in_warms_the_state_without_gradient_and_stays_out_of_the_loss():
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_burn_in_warms_the_state_without_gradient_and_stays_out_of_the_loss(kind):
     b = 2
-    policy, td = gru_window(burn_in=b)
+    policy, td = rnn_window(kind, burn_in=b)
     loss = DQNLoss(policy, gamma=0.9, n_steps=2, burn_in=b)
     per_step = DQNLoss(policy, gamma=0.9, n_steps=2, burn_in=b, reduction="none")
     assert per_step.value_loss(td)[:b].eq(0).all() and per_step.value_loss(td)[b:].ne(0).all()
     assert per_step.td_error(td)[:b].eq(0).all()
     # reference: warm the state step by step (the acting path), then a window without burn-in
-    state = {K.RECURRENT_STATE_H: td[K.RECURRENT_STATE_H][0]}
+    state = {k: td[k][0] for k in policy.state_specs}
     with torch.no_grad(), recurrent_mode("sequential"):
         for t in range(b):
             _, state = policy.act({K.OBSERVATION: td[K.OBSERVATION][t]}, state, td[K.IS_INIT][t])
     rest = td[b:].clone()
-    rest.set(K.RECURRENT_STATE_H, state[K.RECURRENT_STATE_H].expand(td.shape[0] - b, -1, -1, -1))
+    for k, v in state.items():
+        rest.set(k, v.expand(td.shape[0] - b, -1, -1, -1))
     ref = DQNLoss(policy, gamma=0.9, n_steps=2)  # target = online here and in ``loss``
     policy.zero_grad()
     ref.value_loss(rest).backward()

@@ -118,12 +118,13 @@ def test_bad_sizes_are_refused():
         filled(buf, 3, T=3).sample()
 
 
-@pytest.fixture(scope="module")
-def gru_rollouts():
-    """A GRU Q-policy on CartPole-with-hidden-velocities: the collector's rollouts (cloned)."""
+@pytest.fixture(scope="module", params=["gru", "lstm"])
+def rnn_rollouts(request):
+    """A recurrent Q-policy on CartPole-with-hidden-velocities: the collector's rollouts."""
     torch.manual_seed(0)
     env = make_env(EnvConfig(num_envs=3, obs_keep=[0, 2]))
-    policy = make_policy(PolicyConfig(kind="gru", hidden_size=8), env.specs, heads=("q",))
+    cfg = PolicyConfig(kind=request.param, hidden_size=8)
+    policy = make_policy(cfg, env.specs, heads=("q",))
     policy.epsilon = 0.5
     collector = Collector(env, policy, 3 * 16, seed=0)
     batches = [collector.collect().clone() for _ in range(6)]
@@ -131,8 +132,8 @@ def gru_rollouts():
     return policy, batches
 
 
-def test_windows_of_collected_data_replay_the_acting_q_values(gru_rollouts):
-    policy, batches = gru_rollouts
+def test_windows_of_collected_data_replay_the_acting_q_values(rnn_rollouts):
+    policy, batches = rnn_rollouts
     buf = make_replay(BufferConfig(size=3 * 40, seq_len=12, batch_size=64), 1, 3, policy, 0)
     for b in batches:
         buf.extend(b)
@@ -152,8 +153,8 @@ def test_windows_of_collected_data_replay_the_acting_q_values(gru_rollouts):
 
 
 @pytest.mark.parametrize("kind", ["memory", "memmap"])
-def test_save_load_round_trip_gives_identical_samples(tmp_path, kind, gru_rollouts):
-    policy, batches = gru_rollouts
+def test_save_load_round_trip_gives_identical_samples(tmp_path, kind, rnn_rollouts):
+    policy, batches = rnn_rollouts
     cfg = BufferConfig(size=90, seq_len=8, burn_in=2, batch_size=16, prioritized=True)
 
     def buffer(name):
