@@ -121,6 +121,77 @@ class PPOConfig:
 
 
 @dataclass
+class DQNConfig:
+    name: str = "dqn"
+    gamma: float = 0.99
+    n_steps: int = 1  # n-step returns (cut at episode ends and at the end of a sequence)
+    double_dqn: bool = False
+    loss_function: str = "l2"  # l2 | smooth_l1
+    reduction: str = "mean"
+    target_update: str = "hard"  # hard (copy every target_update_every updates) | soft (tau)
+    target_update_every: int = 10
+    tau: float = 0.005
+    utd_ratio: int = 1  # gradient updates per collected batch
+    warmup_frames: int = 1000  # frames collected before the first update
+    eps_start: float = 1.0  # epsilon-greedy, linear from eps_start to eps_end over eps_frames
+    eps_end: float = 0.05
+    eps_frames: int = 10_000
+
+    def __post_init__(self):
+        _check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
+        _check(self.n_steps >= 1, "loss.n_steps", self.n_steps, "must be >= 1")
+        _choice("loss.loss_function", self.loss_function, ("l2", "smooth_l1"))
+        _choice("loss.reduction", self.reduction, ("mean", "sum", "none"))
+        _choice("loss.target_update", self.target_update, ("hard", "soft"))
+        _check(
+            self.target_update_every >= 1,
+            "loss.target_update_every",
+            self.target_update_every,
+            "must be >= 1",
+        )
+        _check(0 < self.tau <= 1, "loss.tau", self.tau, "must be in (0, 1]")
+        _check(self.utd_ratio >= 1, "loss.utd_ratio", self.utd_ratio, "must be >= 1")
+        _check(self.warmup_frames >= 0, "loss.warmup_frames", self.warmup_frames, "must be >= 0")
+        for key in ("eps_start", "eps_end"):
+            v = getattr(self, key)
+            _check(0 <= v <= 1, f"loss.{key}", v, "must be in [0, 1]")
+        _check(self.eps_frames >= 1, "loss.eps_frames", self.eps_frames, "must be >= 1")
+
+
+@dataclass
+class BufferConfig:
+    """Replay (DQN): transitions for an MLP policy, windows of ``seq_len`` steps for a recurrent
+    one (the stored state at the first step, ``burn_in`` steps that only warm it)."""
+
+    size: int = 100_000  # capacity in transitions (all envs together)
+    batch_size: int = 64  # transitions (MLP) or sequences (recurrent) per update
+    seq_len: int = 20  # recurrent policies: steps per sampled sequence, burn-in included
+    burn_in: int = 0
+    prioritized: bool = False
+    alpha: float = 0.6  # priority exponent
+    beta: float = 0.4  # importance-weight exponent
+    priority_eta: float = 0.9  # sequence priority: eta * max + (1 - eta) * mean |td error|
+    storage: str = "memory"  # memory | memmap
+    path: str | None = None  # memmap folder; null = <run dir>/replay, deleted at the end
+
+    def __post_init__(self):
+        _check(self.size >= 1, "buffer.size", self.size, "must be >= 1")
+        _check(self.batch_size >= 1, "buffer.batch_size", self.batch_size, "must be >= 1")
+        _check(self.burn_in >= 0, "buffer.burn_in", self.burn_in, "must be >= 0")
+        _check(
+            self.seq_len > self.burn_in,
+            "buffer.seq_len",
+            self.seq_len,
+            f"must be larger than buffer.burn_in={self.burn_in} (burn-in steps never enter "
+            "the loss)",
+        )
+        _check(self.alpha >= 0, "buffer.alpha", self.alpha, "must be >= 0")
+        _check(0 <= self.beta <= 1, "buffer.beta", self.beta, "must be in [0, 1]")
+        _check(0 <= self.priority_eta <= 1, "buffer.priority_eta", self.priority_eta, "in [0, 1]")
+        _choice("buffer.storage", self.storage, ("memory", "memmap"))
+
+
+@dataclass
 class CollectorConfig:
     frames_per_batch: int = 2048  # frames per rollout, all envs together (T = this / num_envs)
     # devices (cpu, cuda, cuda:N, mps); null = stay where it is (rltool.collectors.devices)
@@ -244,8 +315,9 @@ class CheckpointConfig:
 class Config:
     env: EnvConfig = MISSING
     policy: PolicyConfig = MISSING
-    loss: Any = MISSING  # PPOConfig (later: DQNConfig), chosen by the loss group
+    loss: Any = MISSING  # PPOConfig or DQNConfig, chosen by the loss group
     collector: CollectorConfig = MISSING
+    buffer: BufferConfig = MISSING
     optim: OptimConfig = MISSING
     logger: LoggerConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -266,6 +338,20 @@ class Config:
             fpb,
             f"must be a multiple of env.num_envs={n}",
         )
+        if isinstance(self.loss, DQNConfig):
+            self._check_replay()
+
+    def _check_replay(self) -> None:
+        b, fpb = self.buffer, self.collector.frames_per_batch
+        window = b.seq_len if self.policy.kind != "mlp" else self.loss.n_steps
+        need = max(b.batch_size * window, fpb, window * self.env.num_envs)
+        _check(
+            b.size >= need,
+            "buffer.size",
+            b.size,
+            f"must hold at least one batch ({need} transitions: buffer.batch_size x the "
+            f"{window}-step window, and collector.frames_per_batch={fpb}); raise buffer.size",
+        )
 
 
 SCHEMAS = {
@@ -273,10 +359,11 @@ SCHEMAS = {
     "policy": PolicyConfig,
     "loss": PPOConfig,
     "collector": CollectorConfig,
+    "buffer": BufferConfig,
     "optim": OptimConfig,
     "logger": LoggerConfig,
 }
-LOSS_SCHEMAS = {"ppo": PPOConfig}
+LOSS_SCHEMAS = {"ppo": PPOConfig, "dqn": DQNConfig}
 
 
 def register_configs() -> None:

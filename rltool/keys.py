@@ -32,6 +32,10 @@ ADVANTAGE = "advantage"
 VALUE_TARGET = "value_target"
 MASK = "mask"
 
+# written by the replay buffer (DQN)
+INDEX = "index"  # where a sampled window starts in the storage (for priority updates)
+PRIORITY_WEIGHT = "priority_weight"  # importance weight of a prioritized sample
+
 # episode statistics written by the env layer, under "next" on the last step of an episode
 EPISODE_RETURN = "episode_return"
 EPISODE_LENGTH = "episode_length"

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import OmegaConf
+from tensordict import TensorDict
 
 from rltool import checkpoint as ckpt
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
@@ -99,9 +100,29 @@ def state_parts(run) -> tuple[dict, dict]:
         parts["reward_scaler"] = run.env.reward_scaler
     parts["episodes"] = Episodes(run.env, run.collector, run.cfg.env.id)  # after the normalisers
     folders = {}
-    # DQN plugs in here: parts["target"] = <target net>, parts["exploration"] = <schedule>,
-    # folders["buffer"] = <replay buffer with save(path) / load(path)>
+    if run.buffer is not None:  # DQN: target network, update count, epsilon, replay
+        parts["dqn"] = DQNState(run.loss, run.policy)
+        folders["buffer"] = run.buffer
     return parts, folders
+
+
+class DQNState:
+    """The DQN loss's target parameters and update count, and the policy's epsilon."""
+
+    def __init__(self, loss, policy):
+        self.loss, self.policy = loss, policy
+
+    def state_dict(self) -> dict:
+        return {
+            "target": self.loss.target_params.to_dict(),
+            "updates": self.loss.updates,
+            "epsilon": float(self.policy.epsilon),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        target = TensorDict(state["target"], [])
+        self.loss.target_params.update_(target)
+        self.loss.updates, self.policy.epsilon = int(state["updates"]), float(state["epsilon"])
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

@@ -1,6 +1,9 @@
 """``rltool train``: the whole run on one page.
 
 build -> loop (collect -> targets -> update -> log -> evaluate) -> final eval -> close.
+The loss decides what an update computes (``UPDATES``): PPO runs GAE and epochs of minibatches
+on the rollout; DQN stores it in the replay buffer and, after warm-up, samples ``utd_ratio``
+batches from it. Everything else is one loop.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from rltool import keys as K
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
 from rltool.config import Config
-from rltool.data import minibatches, resolve_sampler
+from rltool.data import ReplayBuffer, make_replay, minibatches, resolve_sampler
 from rltool.envs import make_env
 from rltool.evaluate import evaluate
 from rltool.guard import NonFiniteGuard
 from rltool.logging import make_loggers
-from rltool.losses import PPOLoss, add_gae
+from rltool.losses import DQNLoss, PPOLoss, add_gae, linear_schedule
 from rltool.modules import make_policy
 from rltool.session import Session
 
@@ -43,17 +46,20 @@ class Run:
     env: object
     eval_env: object
     policy: torch.nn.Module
-    loss: PPOLoss
+    loss: PPOLoss | DQNLoss
     collector: Collector
     optimizer: torch.optim.Optimizer
-    sampler: str
+    sampler: str | None  # PPO's minibatch sampler
     guard: NonFiniteGuard
+    buffer: ReplayBuffer | None = None  # DQN's replay
 
 
-def build(cfg: Config) -> Run:
-    c = cfg.collector
-    devices = {k: getattr(c, k) for k in DEVICE_KEYS}
-    resolve_devices(**devices)  # a device this machine lacks fails here, before any work
+HEADS = {"ppo": ("actor", "critic"), "dqn": ("q",)}
+
+
+def build(cfg: Config, run_dir: Path | None = None) -> Run:
+    devices = {k: getattr(cfg.collector, k) for k in DEVICE_KEYS}
+    resolved = resolve_devices(**devices)  # a device this machine lacks fails here, before work
     torch.set_num_threads(cfg.num_threads)
     seed_everything(cfg.seed)
     env = make_env(cfg.env, gamma=cfg.loss.gamma)
@@ -65,45 +71,109 @@ def build(cfg: Config) -> Run:
         training=False,
         backend=eval_backend,
     )
-    policy = make_policy(cfg.policy, env.specs, heads=("actor", "critic"))
-    sampler = resolve_sampler(cfg.loss.sampler, recurrent=bool(policy.state_specs))
-    loss = PPOLoss(
-        policy,
-        cfg.loss.clip_epsilon,
-        cfg.loss.clip_value,
-        cfg.loss.normalize_advantage,
-        cfg.loss.entropy_coef,
-        cfg.loss.value_coef,
-        cfg.loss.reduction,
-    )
-    collector = Collector(env, policy, c.frames_per_batch, seed=cfg.seed, **devices)
+    policy = make_policy(cfg.policy, env.specs, heads=HEADS[cfg.loss.name])
+    if resolved.policy is not None:  # before the loss copies it (DQN's target network)
+        policy.to(resolved.policy)
+    sampler, buffer = None, None
+    if cfg.loss.name == "ppo":
+        sampler = resolve_sampler(cfg.loss.sampler, recurrent=bool(policy.state_specs))
+        loss = PPOLoss(
+            policy,
+            cfg.loss.clip_epsilon,
+            cfg.loss.clip_value,
+            cfg.loss.normalize_advantage,
+            cfg.loss.entropy_coef,
+            cfg.loss.value_coef,
+            cfg.loss.reduction,
+        )
+    else:
+        buffer = make_replay(cfg.buffer, cfg.loss.n_steps, env.num_envs, policy, cfg.seed, run_dir)
+        loss = DQNLoss(
+            policy,
+            cfg.loss.gamma,
+            cfg.loss.n_steps,
+            cfg.loss.double_dqn,
+            cfg.loss.loss_function,
+            cfg.loss.reduction,
+            cfg.loss.target_update,
+            cfg.loss.target_update_every,
+            cfg.loss.tau,
+            burn_in=buffer.burn_in,
+        )
+        policy.epsilon = cfg.loss.eps_start
+    collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=cfg.seed, **devices)
     # foreach: one kernel per op over all parameters, not a Python loop (CPU defaults to the loop)
     optimizer = torch.optim.Adam(
         policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps, foreach=True
     )
     guard = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler, guard)
+    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler, guard, buffer)
 
 
-def update(run: Run, batch, progress: float) -> dict[str, float]:
+def optimize(run: Run, terms, sums: dict[str, torch.Tensor]) -> None:
+    """One gradient step on the sum of the ``loss_*`` terms (skipped by the guard when it is not
+    finite); adds each scalar term to ``sums``."""
+    total = sum(v for k, v in terms.items() if k.startswith("loss_"))
+    run.guard.step(run.optimizer, total, run.policy.parameters(), run.cfg.optim.max_grad_norm)
+    for k, v in terms.items():
+        if v.dim() == 0:
+            sums[k] = sums.get(k, 0.0) + v.detach()
+
+
+def means(run: Run, sums: dict[str, torch.Tensor], n: int) -> dict[str, float]:
+    """The mean of each summed term (one sync, not one per term) and the skipped-step count."""
+    values = torch.stack(list(sums.values())).div(max(n, 1)).tolist() if sums else []
+    return dict(zip(sums, values, strict=True)) | {"nonfinite_steps": run.guard.take_skipped()}
+
+
+def set_lr(run: Run, progress: float) -> dict[str, float]:
+    """Linear annealing, anchored to total_frames."""
+    lr = run.cfg.optim.lr * (1 - progress if run.cfg.optim.anneal_lr else 1)
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    return {"lr": lr}
+
+
+def ppo_update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
     """PPO: GAE, then epochs of minibatches; returns the mean of each logged term."""
     cfg = run.cfg
-    for group in run.optimizer.param_groups:  # linear annealing, anchored to total_frames
-        group["lr"] = cfg.optim.lr * (1 - progress if cfg.optim.anneal_lr else 1)
+    lr = set_lr(run, progress)
     run.loss.clip_epsilon = cfg.loss.clip_epsilon * (1 - progress if cfg.loss.anneal_clip else 1)
     add_gae(batch, cfg.loss.gamma, cfg.loss.gae_lambda)
     sums: dict[str, torch.Tensor] = {}
     for _ in range(cfg.loss.epochs):
         for mb in minibatches(batch, cfg.loss.num_minibatches, run.sampler):
-            terms = run.loss(mb)
-            total = sum(v for k, v in terms.items() if k.startswith("loss_"))
-            run.guard.step(run.optimizer, total, run.policy.parameters(), cfg.optim.max_grad_norm)
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + v.detach().mean()
-    n = cfg.loss.epochs * cfg.loss.num_minibatches
-    means = torch.stack(list(sums.values())).div(n).tolist()  # one sync, not one per term
-    extra = {"lr": run.optimizer.param_groups[0]["lr"], "nonfinite_steps": run.guard.take_skipped()}
-    return dict(zip(sums, means, strict=True)) | extra
+            optimize(run, run.loss(mb), sums)
+    return means(run, sums, cfg.loss.epochs * cfg.loss.num_minibatches) | lr
+
+
+def dqn_update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
+    """DQN: store the rollout; after warm-up, ``utd_ratio`` steps on sampled batches, each
+    followed by its priorities and the target update; then epsilon for the next rollout."""
+    cfg = run.cfg
+    lr = set_lr(run, progress)
+    run.buffer.extend(batch)
+    sums: dict[str, torch.Tensor] = {}
+    n = cfg.loss.utd_ratio if frames >= cfg.loss.warmup_frames and run.buffer.can_sample() else 0
+    for _ in range(n):
+        sample = run.buffer.sample()
+        terms = run.loss(sample)
+        optimize(run, terms, sums)
+        run.buffer.update_priorities(sample, terms["td_error"])
+        run.loss.update_target()
+    run.policy.epsilon = linear_schedule(
+        cfg.loss.eps_start, cfg.loss.eps_end, cfg.loss.eps_frames, frames
+    )
+    return means(run, sums, n) | lr | {"epsilon": run.policy.epsilon}
+
+
+UPDATES = {"ppo": ppo_update, "dqn": dqn_update}
+
+
+def update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
+    """What the loss computes from a fresh rollout ([T, B]) at ``progress`` of the schedule and
+    ``frames`` collected so far; the mean of each logged term."""
+    return UPDATES[run.cfg.loss.name](run, batch, progress, frames)
 
 
 def episode_stats(batch) -> dict[str, float]:
@@ -118,7 +188,7 @@ def episode_stats(batch) -> dict[str, float]:
 def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv, checkpoints and summary.json in
     ``run_dir``. Continues ``cfg.resume``'s latest checkpoint when set."""
-    run = build(cfg)
+    run = build(cfg, run_dir)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)
     loss_device = module_device(run.policy)  # each batch moves there from the storing device
@@ -138,7 +208,7 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
             row = {
                 "frames": c.frames,
                 **episode_stats(batch),
-                **update(run, batch, session.progress()),
+                **update(run, batch, session.progress(), c.frames),
             }
             t2 = time.perf_counter()
             if c.frames >= c.next_eval or c.frames >= cfg.total_frames:
@@ -159,6 +229,8 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
         loggers.close()
         run.collector.close()
         run.eval_env.close()
+        if run.buffer is not None:  # a memmap made for this run only is scratch space
+            run.buffer.close(delete=cfg.buffer.path is None)
     summary = {
         "frames": c.frames,
         "wall_time_s": session.elapsed(),

@@ -243,3 +243,42 @@ def test_a_new_run_into_a_folder_holding_a_checkpoint_is_refused(broken, capsys)
     code, line = call(capsys, f"hydra.run.dir={broken}")
     assert code == 2 and f"resume={broken}" in line and "already holds a checkpoint" in line
     assert snapshot(broken) == before
+
+
+# DQN-GRU: replay buffer, target network, epsilon and update count must resume too
+DQN_GRU = [
+    "env=cartpole_pomdp",
+    "loss=dqn",
+    "policy=gru",
+    "policy.hidden_size=16",
+    "policy.hidden_sizes=[16]",
+    "loss.utd_ratio=2",
+    "loss.warmup_frames=128",
+    "loss.eps_frames=512",
+    "buffer.seq_len=8",
+    "buffer.burn_in=2",
+    "buffer.batch_size=4",
+    "buffer.size=2048",
+    "eval.every_frames=512",
+    "eval.episodes=2",
+    "logger.progress=none",
+    "checkpoint.every_frames=384",
+    "total_frames=1024",
+]
+
+
+def test_dqn_gru_stopped_and_resumed_matches_the_straight_run(tmp_path):
+    straight_dir, run_dir = tmp_path / "straight", tmp_path / "run"
+    code, err = rltool(*DQN_GRU, f"hydra.run.dir={straight_dir}")
+    assert code == 0, err
+    code, _ = rltool(
+        *DQN_GRU,
+        f"hydra.run.dir={run_dir}",
+        env={"RLTOOL_CHECKPOINT_KILL": "after_temp_write@2"},
+    )
+    assert code == -signal.SIGKILL
+    body = ckpt.load(ckpt.latest(run_dir / "checkpoints"))
+    assert body["counters"]["frames"] == 384 and body["state"]["dqn"]["updates"] > 0
+    code, err = rltool(f"resume={run_dir}")
+    assert code == 0, err
+    assert rows(run_dir) == rows(straight_dir)

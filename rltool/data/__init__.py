@@ -1,5 +1,13 @@
-"""Data: minibatch samplers (PPO)."""
+"""Data: minibatch samplers (PPO) and the replay buffer (DQN)."""
 
+from rltool.data.buffer import ReplayBuffer, check_plain_tensors, make_replay, replay_keys
 from rltool.data.sampler import minibatches, resolve_sampler
 
-__all__ = ["minibatches", "resolve_sampler"]
+__all__ = [
+    "ReplayBuffer",
+    "check_plain_tensors",
+    "make_replay",
+    "minibatches",
+    "replay_keys",
+    "resolve_sampler",
+]

@@ -1,6 +1,7 @@
 """Losses (built from sub-losses, each with a ``reduction``) and returns."""
 
+from rltool.losses.dqn import DQNLoss, linear_schedule, n_step_targets
 from rltool.losses.ppo import PPOLoss
 from rltool.losses.returns import add_gae, gae
 
-__all__ = ["PPOLoss", "add_gae", "gae"]
+__all__ = ["DQNLoss", "PPOLoss", "add_gae", "gae", "linear_schedule", "n_step_targets"]

@@ -8,5 +8,5 @@ from rltool.specs import EnvSpecs
 
 
 def make_policy(cfg: PolicyConfig, specs: EnvSpecs, heads=("actor", "critic")) -> ActorCritic:
-    """``heads`` is what the loss needs: ("actor", "critic") for PPO."""
+    """``heads`` is what the loss needs: ("actor", "critic") for PPO, ("q",) for DQN."""
     return ActorCritic(specs, cfg, heads)

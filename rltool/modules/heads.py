@@ -77,3 +77,26 @@ class GaussianHead(nn.Module):
 
 def value_head(in_features: int, out: int = 1) -> nn.Linear:
     return init_linear(nn.Linear(in_features, out), gain=1.0)
+
+
+class QHead(nn.Module):
+    """features [*, F] -> ``action_value`` [*, n] (Q-values of a discrete action space)."""
+
+    param_keys = (K.ACTION_VALUE,)
+
+    def __init__(self, in_features: int, n: int):
+        super().__init__()
+        self.linear = init_linear(nn.Linear(in_features, n), gain=1.0)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {K.ACTION_VALUE: self.linear(x)}
+
+
+def epsilon_greedy(q: torch.Tensor, epsilon: float) -> torch.Tensor:
+    """q [*, n] -> int64 actions [*]: argmax, replaced by a uniform action with prob ``epsilon``."""
+    greedy = q.argmax(-1)
+    if epsilon <= 0:
+        return greedy
+    explore = torch.rand(greedy.shape, device=q.device) < epsilon
+    random = torch.randint(q.shape[-1], greedy.shape, device=q.device)
+    return torch.where(explore, random, greedy)

@@ -14,7 +14,8 @@ from torch import nn
 
 from rltool import keys as K
 from rltool.config import PolicyConfig
-from rltool.modules.heads import CategoricalHead, GaussianHead, value_head
+from rltool.errors import ConfigError
+from rltool.modules.heads import CategoricalHead, GaussianHead, QHead, epsilon_greedy, value_head
 from rltool.modules.mlp import mlp, out_features
 from rltool.modules.recurrent import GRUModule, LSTMModule
 from rltool.specs import EnvSpecs, Spec
@@ -66,11 +67,18 @@ class Torso(nn.Module):
 
 
 class ActorCritic(nn.Module):
-    """Actor (categorical or Gaussian) and critic, with separate or shared torsos."""
+    """Actor (categorical or Gaussian) and critic, with separate or shared torsos; or, with
+    ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``)."""
 
     def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic")):
         super().__init__()
-        self.specs, self.explore = specs, True
+        self.specs, self.explore, self.epsilon = specs, True, 0.0
+        self.is_q = "q" in heads
+        if self.is_q and not specs.action.discrete:
+            raise ConfigError(
+                "loss=dqn needs a discrete action space, but this env's actions are continuous "
+                f"(shape {tuple(specs.action.shape)}): use loss=ppo, or a discrete-action env"
+            )
         self.in_keys = [INPUT_KEYS[name] for name in cfg.inputs]
         act = specs.action
         self.action_features = act.n if act.discrete else int(torch.Size(act.shape).numel())
@@ -85,11 +93,12 @@ class ActorCritic(nn.Module):
             )
             self.critic = value_head(self.critic_torso.out_features)
         f = self.actor_torso.out_features
-        self.dist = (
-            CategoricalHead(f, act.n)
-            if act.discrete
-            else GaussianHead(f, act.shape[-1], cfg.init_log_std)
-        )
+        if self.is_q:
+            self.dist = QHead(f, act.n)
+        elif act.discrete:
+            self.dist = CategoricalHead(f, act.n)
+        else:
+            self.dist = GaussianHead(f, act.shape[-1], cfg.init_log_std)
 
     @property
     def torsos(self) -> list[Torso]:
@@ -139,14 +148,22 @@ class ActorCritic(nn.Module):
             out[K.STATE_VALUE] = self.critic(cfeat)
         return params, out, nxt
 
+    def _choose(self, params: dict) -> dict[str, torch.Tensor]:
+        """The action and what goes with it: ``sample_log_prob``, or ``chosen_action_value``
+        [*, 1] for a Q-network (epsilon-greedy when exploring, greedy otherwise)."""
+        if self.is_q:
+            q = params[K.ACTION_VALUE]
+            action = epsilon_greedy(q, self.epsilon if self.explore else 0.0)
+            return {K.ACTION: action, K.CHOSEN_ACTION_VALUE: q.gather(-1, action.unsqueeze(-1))}
+        action = self.dist.sample(params, self.explore)
+        return {K.ACTION: action, K.SAMPLE_LOG_PROB: self.dist.log_prob(params, action)}
+
     def act(self, inputs: dict, state: dict, is_init: torch.Tensor):
         """One step for a [B] batch. Returns (outputs: action, sample_log_prob, dist params,
-        state_value; next state dict)."""
+        state_value -- or action, action_value, chosen_action_value; next state dict)."""
         params, out, nxt = self._heads(inputs, state, is_init, False, True)
-        action = self.dist.sample(params, self.explore)
         out.update(params)
-        out[K.ACTION] = action
-        out[K.SAMPLE_LOG_PROB] = self.dist.log_prob(params, action)
+        out.update(self._choose(params))
         return out, nxt
 
     def state_value(self, inputs: dict, state: dict, is_init: torch.Tensor) -> torch.Tensor:
@@ -177,13 +194,7 @@ class ActorCritic(nn.Module):
         temporal = self._temporal()
         inputs, state, is_init = self._read(td, temporal)
         params, out, nxt = self._heads(inputs, state, is_init, temporal, True)
-        action = self.dist.sample(params, self.explore)
-        for k, v in {
-            **params,
-            **out,
-            K.ACTION: action,
-            K.SAMPLE_LOG_PROB: self.dist.log_prob(params, action),
-        }.items():
+        for k, v in {**params, **out, **self._choose(params)}.items():
             td.set(k, v)
         for k, v in nxt.items():
             td.set(K.nxt(k), v)
@@ -198,3 +209,23 @@ class ActorCritic(nn.Module):
         out[K.SAMPLE_LOG_PROB] = self.dist.log_prob(params, td.get(K.ACTION))
         out["entropy"] = self.dist.entropy(params)
         return out
+
+    def action_values(self, td: TensorDictBase, with_next: bool = False, need_states=False):
+        """Q over a [T, B] window (the DQN loss's path): ``action_value`` [T, B, n]; with
+        ``with_next`` also Q of ``("next", "observation")`` [T, B, n], each from the state after
+        its step (so a truncated episode's true final observation is scored with the state it
+        followed); and the states after each step ({key: [T, B, L, H]}; with ``need_states``)."""
+        inputs, state, is_init = self._read(td, temporal=True)
+        x = self.encode(inputs)
+        feat, nxt = self.actor_torso(x, state, is_init, True, with_next or need_states)
+        q = self.dist(feat)[K.ACTION_VALUE]
+        if not with_next:
+            return q, None, nxt
+        after = {
+            K.OBSERVATION: td.get(K.nxt(K.OBSERVATION)),
+            K.PREV_ACTION: td.get(K.ACTION),
+            K.PREV_REWARD: td.get(K.nxt(K.REWARD)),
+        }
+        not_init = torch.zeros_like(is_init)
+        feat_next, _ = self.actor_torso(self.encode(after), nxt, not_init, False, False)
+        return q, self.dist(feat_next)[K.ACTION_VALUE], nxt

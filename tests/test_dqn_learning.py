@@ -1,0 +1,38 @@
+"""Slow learning checks (pytest -m slow): DQN's presets reach the issue's final eval returns.
+
+`rltool train env=cartpole policy=mlp loss=dqn` >= 475 (loss=dqn brings its settings);
+`env=cartpole_pomdp policy=gru loss=dqn` with its preset (experiment=cartpole_pomdp_gru_dqn)
+>= 400 over three seeds. Minutes each on one core."""
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from rltool.cli import conf_dir
+from rltool.config import to_config
+from rltool.train import train
+
+
+def run(tmp_path, *overrides):
+    with initialize_config_dir(conf_dir(), version_base="1.3"):
+        cfg = to_config(compose("config", ["logger.progress=none", *overrides]))
+    return train(cfg, tmp_path)
+
+
+@pytest.mark.slow
+def test_dqn_mlp_solves_cartpole(tmp_path):
+    summary = run(tmp_path, "env=cartpole", "policy=mlp", "loss=dqn")
+    assert summary["eval/return_mean"] >= 475, summary
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_recurrent_dqn_solves_cartpole_without_velocities(tmp_path, seed):
+    summary = run(
+        tmp_path,
+        "env=cartpole_pomdp",
+        "policy=gru",
+        "loss=dqn",
+        "experiment=cartpole_pomdp_gru_dqn",
+        f"seed={seed}",
+    )
+    assert summary["eval/return_mean"] >= 400, summary
