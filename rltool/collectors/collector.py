@@ -166,7 +166,7 @@ class Collector:
         ):
             L[(K.NEXT, k)][t] = v
         for k, v in nxt_state.items():
-            L[(K.NEXT, k)][t] = v
+            L[K.nxt(k)][t] = v
         if self.has_critic and r.truncated.any():
             self._store_truncation_value(t, r, out, nxt_state)
         self._root = self._next_root(r.observation, r.done, out[K.ACTION], r.reward, nxt_state)

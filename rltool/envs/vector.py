@@ -175,6 +175,7 @@ class VectorEnv:
         terminated, truncated, done, episode_return / episode_length. Keeps the whole step (with
         the reset observation) as ``last_step``."""
         r = self.last_step = self.step_tensors(td[K.ACTION])
+        policy_next = td.get(K.NEXT, None)  # e.g. ("next", state) written by a recurrent policy
         td[K.NEXT] = TensorDict(
             {
                 K.OBSERVATION: r.next_observation,
@@ -188,6 +189,8 @@ class VectorEnv:
             self.batch_size,
             device=self.device,
         )
+        if policy_next is not None:
+            td[K.NEXT].update(policy_next)
         return td
 
     def step_and_maybe_reset(self, td: TensorDict) -> tuple[TensorDict, TensorDict]:
