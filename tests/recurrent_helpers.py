@@ -65,8 +65,10 @@ class RunningSumMemory(nn.Module):
         return {grid: Spec((2, self.hidden_size), torch.float64), count: Spec((1,), torch.int64)}
 
     def _step(self, x, states, is_init):
-        grid, count = (s.masked_fill(is_init.view(*is_init.shape[:-1], *[1] * (s.dim() - 1)), 0)
-                       for s in states)  # fmt: skip
+        lead = is_init.shape[:-1]
+        grid, count = (
+            s.masked_fill(is_init.view(*lead, *[1] * (s.dim() - len(lead))), 0) for s in states
+        )
         p = self.proj(x).double()
         first = count == 0
         run_sum = grid[..., 0, :] + p
