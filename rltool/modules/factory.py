@@ -7,6 +7,10 @@ from rltool.modules.policy import ActorCritic
 from rltool.specs import EnvSpecs
 
 
-def make_policy(cfg: PolicyConfig, specs: EnvSpecs, heads=("actor", "critic")) -> ActorCritic:
-    """``heads`` is what the loss needs: ("actor", "critic") for PPO, ("q",) for DQN."""
-    return ActorCritic(specs, cfg, heads)
+def make_policy(
+    cfg: PolicyConfig, specs: EnvSpecs, heads=("actor", "critic"), memory=None
+) -> ActorCritic:
+    """``heads`` is what the loss needs: ("actor", "critic") for PPO, ("q",) for DQN.
+    ``memory``: a user's memory module factory ``(input_size, state_prefix) -> module`` in
+    place of the LSTM/GRU."""
+    return ActorCritic(specs, cfg, heads, memory)

@@ -28,27 +28,37 @@ INPUT_KEYS = {
 
 
 class Torso(nn.Module):
-    """x [.., F] -> features [.., out]: an MLP, or encoder MLP -> RNN -> MLP."""
+    """x [.., F] -> features [.., out]: an MLP, or encoder MLP -> memory -> MLP.
 
-    def __init__(self, in_features: int, cfg: PolicyConfig, state_prefix: str = ""):
+    The memory is an LSTM/GRU from ``cfg``, or a user's module built by ``memory(input_size,
+    state_prefix)``. What the torso needs of it: ``state_keys`` and ``state_specs`` (any names,
+    shapes, dtypes), ``hidden_size`` (width of its output), ``mode`` ("sequential" | "temporal",
+    how ``forward(td)`` reads a TensorDict) and ``run(x, states, is_init, time_dim, need_states)``
+    as :meth:`RecurrentModule.run`."""
+
+    def __init__(self, in_features: int, cfg: PolicyConfig, state_prefix: str = "", memory=None):
         super().__init__()
-        if cfg.kind == "mlp":
+        if cfg.kind == "mlp" and memory is None:
             self.pre, self.rnn = mlp(in_features, cfg.hidden_sizes, cfg.activation), None
             self.post = nn.Identity()
             self.out_features = out_features(in_features, cfg.hidden_sizes)
             return
         self.pre = mlp(in_features, cfg.encoder_sizes, cfg.activation)
-        rnn_cls = LSTMModule if cfg.kind == "lstm" else GRUModule
-        keys = [state_prefix + k for k in rnn_cls.default_state_keys]
-        self.rnn = rnn_cls(
-            out_features(in_features, cfg.encoder_sizes),
-            cfg.hidden_size,
-            cfg.num_layers,
-            state_keys=keys,
-            force_sequential=cfg.recurrent_mode == "sequential",
-        )
-        self.post = mlp(cfg.hidden_size, cfg.hidden_sizes, cfg.activation)
-        self.out_features = out_features(cfg.hidden_size, cfg.hidden_sizes)
+        enc = out_features(in_features, cfg.encoder_sizes)
+        if memory is not None:
+            self.rnn = memory(enc, state_prefix)
+        else:
+            rnn_cls = LSTMModule if cfg.kind == "lstm" else GRUModule
+            keys = [state_prefix + k for k in rnn_cls.default_state_keys]
+            self.rnn = rnn_cls(
+                enc,
+                cfg.hidden_size,
+                cfg.num_layers,
+                state_keys=keys,
+                force_sequential=cfg.recurrent_mode == "sequential",
+            )
+        self.post = mlp(self.rnn.hidden_size, cfg.hidden_sizes, cfg.activation)
+        self.out_features = out_features(self.rnn.hidden_size, cfg.hidden_sizes)
 
     @property
     def state_specs(self) -> dict[str, Spec]:
@@ -68,9 +78,11 @@ class Torso(nn.Module):
 
 class ActorCritic(nn.Module):
     """Actor (categorical or Gaussian) and critic, with separate or shared torsos; or, with
-    ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``)."""
+    ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``).
+    ``memory``: an optional factory of a user's memory module (see :class:`Torso`) in place of
+    LSTM/GRU."""
 
-    def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic")):
+    def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic"), memory=None):
         super().__init__()
         self.specs, self.explore, self.epsilon = specs, True, 0.0
         self.is_q = "q" in heads
@@ -85,11 +97,13 @@ class ActorCritic(nn.Module):
         in_dim = int(torch.Size(specs.observation.shape).numel())
         in_dim += self.action_features * (K.PREV_ACTION in self.in_keys)
         in_dim += K.PREV_REWARD in self.in_keys
-        self.actor_torso = Torso(in_dim, cfg)
+        self.actor_torso = Torso(in_dim, cfg, memory=memory)
         self.has_critic = "critic" in heads
         if self.has_critic:
             self.critic_torso = (
-                self.actor_torso if cfg.shared_torso else Torso(in_dim, cfg, state_prefix="critic_")
+                self.actor_torso
+                if cfg.shared_torso
+                else Torso(in_dim, cfg, state_prefix="critic_", memory=memory)
             )
             self.critic = value_head(self.critic_torso.out_features)
         f = self.actor_torso.out_features
