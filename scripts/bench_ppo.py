@@ -125,6 +125,9 @@ class SB3Policy:
     def eval(self):
         return self
 
+    def parameters(self):  # the collector reads the policy's device from its parameters
+        return self.model.policy.parameters()
+
     def train(self, mode=True):
         return self
 
