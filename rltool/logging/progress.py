@@ -39,7 +39,7 @@ class ProgressLogger:
         frames, now = row["frames"], time.perf_counter()
         elapsed = now - self.start
         fps = row.get("fps", frames / max(elapsed, 1e-9))
-        eta = (self.total - frames) / fps if fps > 0 else math.inf
+        eta = max(self.total - frames, 0) / fps if fps > 0 else math.inf
         line = (
             f"frames {frames:,}/{self.total:,} ({100 * frames / self.total:3.0f}%) | "
             f"{fps:,.0f} fps | return {_num(self._last_return)} | "
