@@ -27,7 +27,7 @@ def test_every_option_composes(group, option):
 
 def test_presets_change_what_they_say():
     cfg = make_cfg("experiment=pendulum_ppo")
-    assert cfg.env.id == "Pendulum-v1" and cfg.loss.gamma == 0.9
+    assert cfg.env.id == "Pendulum-v1" and cfg.loss.gamma == 0.95
 
 
 def test_defaults_are_rl_zoo_cartpole_ppo():
