@@ -3,6 +3,7 @@ and no device move when all devices are one."""
 
 import pytest
 import torch
+from test_collector import collect
 
 from rltool.collectors import Collector
 from rltool.config import EnvConfig, PolicyConfig
@@ -21,21 +22,11 @@ POLICIES = [
 ]
 
 
-def collect(use_tensordict, env_cfg, policy_cfg, batches=3, seed=0):
-    torch.manual_seed(seed)
-    env = make_env(env_cfg)
-    policy = make_policy(policy_cfg, env.specs)
-    c = Collector(env, policy, 4 * env.num_envs, seed=seed, use_tensordict=use_tensordict)
-    out = [c.collect().clone() for _ in range(batches)]
-    env.close()
-    return out
-
-
 @pytest.mark.parametrize("policy_cfg", POLICIES, ids=["lstm", "gru-inputs", "lstm2-shared"])
 @pytest.mark.parametrize("env_cfg", ENVS, ids=["cartpole", "terminate", "truncate-continuous"])
 def test_recurrent_tensor_and_tensordict_paths_give_identical_rollouts(env_cfg, policy_cfg):
-    a = collect(False, env_cfg, policy_cfg)
-    b = collect(True, env_cfg, policy_cfg)
+    a, _ = collect(False, env_cfg, policy_cfg)
+    b, _ = collect(True, env_cfg, policy_cfg)
     for x, y in zip(a, b, strict=True):
         assert set(x.keys(True, True)) == set(y.keys(True, True))
         for k in x.keys(True, True):
