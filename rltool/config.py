@@ -102,6 +102,7 @@ class PPOConfig:
     reduction: str = "mean"
     epochs: int = 10
     num_minibatches: int = 4
+    target_kl: float | None = None  # stop a batch's epochs once approx_kl > 1.5x this; null = off
     sampler: str = "auto"  # auto | steps | sequences
 
     def __post_init__(self):
@@ -117,6 +118,8 @@ class PPOConfig:
         _check(
             self.num_minibatches >= 1, "loss.num_minibatches", self.num_minibatches, "must be >= 1"
         )
+        if self.target_kl is not None:
+            _check(self.target_kl > 0, "loss.target_kl", self.target_kl, "must be > 0 or null")
         _choice("loss.sampler", self.sampler, ("auto", "steps", "sequences"))
 
 
@@ -342,6 +345,14 @@ class Config:
             self._check_replay()
 
     def _check_replay(self) -> None:
+        for key in ("normalize_obs", "normalize_reward"):  # running statistics drift
+            _check(
+                not getattr(self.env, key),
+                f"env.{key}",
+                True,
+                "replay (loss=dqn) would keep data scaled by old running statistics; "
+                f"set env.{key}=false",
+            )
         b, fpb = self.buffer, self.collector.frames_per_batch
         window = b.seq_len if self.policy.kind != "mlp" else self.loss.n_steps
         need = max(b.batch_size * window, fpb, window * self.env.num_envs)

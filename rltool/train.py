@@ -115,6 +115,11 @@ def optimize(run: Run, terms, sums: dict[str, torch.Tensor]) -> None:
     finite); adds each scalar term to ``sums``."""
     total = sum(v for k, v in terms.items() if k.startswith("loss_"))
     run.guard.step(run.optimizer, total, run.policy.parameters(), run.cfg.optim.max_grad_norm)
+    accumulate(terms, sums)
+
+
+def accumulate(terms, sums: dict[str, torch.Tensor]) -> None:
+    """Adds each scalar (0-dim) term of ``terms`` to ``sums``, detached."""
     for k, v in terms.items():
         if v.dim() == 0:
             sums[k] = sums.get(k, 0.0) + v.detach()
@@ -141,10 +146,16 @@ def ppo_update(run: Run, batch, progress: float, frames: int) -> dict[str, float
     run.loss.clip_epsilon = cfg.loss.clip_epsilon * (1 - progress if cfg.loss.anneal_clip else 1)
     add_gae(batch, cfg.loss.gamma, cfg.loss.gae_lambda)
     sums: dict[str, torch.Tensor] = {}
-    for _ in range(cfg.loss.epochs):
+    steps, kl_limit = 0, cfg.loss.target_kl and 1.5 * cfg.loss.target_kl
+    for epoch in range(cfg.loss.epochs):
         for mb in minibatches(batch, cfg.loss.num_minibatches, run.sampler):
-            optimize(run, run.loss(mb), sums)
-    return means(run, sums, cfg.loss.epochs * cfg.loss.num_minibatches) | lr
+            terms = run.loss(mb)
+            if kl_limit and terms["approx_kl"].item() > kl_limit:  # too far from the rollout's
+                accumulate(terms, sums)  # logged, not stepped
+                return means(run, sums, steps + 1) | lr | {"epochs": epoch}
+            optimize(run, terms, sums)
+            steps += 1
+    return means(run, sums, steps) | lr | {"epochs": cfg.loss.epochs}
 
 
 def dqn_update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:

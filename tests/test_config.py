@@ -43,6 +43,7 @@ def test_defaults_are_rl_zoo_cartpole_ppo():
         ("optim.lr=-1", "optim.lr"),
         ("loss.gamma=1.5", "loss.gamma"),
         ("loss.reduction=avg", "loss.reduction"),
+        ("loss.target_kl=0", "loss.target_kl"),
         ("env.num_envs=0", "env.num_envs"),
         ("env.num_envs=3", "frames_per_batch"),
         ("env.backend=threads", "env.backend"),

@@ -69,3 +69,31 @@ def test_user_env_module_from_working_directory_in_async_workers(tmp_path):
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_target_kl_stops_the_epochs_once_the_policy_has_moved(tmp_path):
+    """The first minibatch of a rollout has approx_kl 0 (it is stepped); after that large step
+    (lr 0.05, constant) the KL exceeds a tiny target, so each batch runs one epoch: the numbers
+    of loss.epochs=1."""
+    runs = {}
+    for name, extra in [
+        ("kl", ["loss.epochs=5", "loss.target_kl=1e-9"]),
+        ("one", ["loss.epochs=1"]),
+    ]:
+        d = tmp_path / name
+        d.mkdir()
+        cfg = make_cfg(
+            "total_frames=512",
+            "eval.episodes=2",
+            "logger.progress=none",
+            "optim.lr=0.05",
+            "optim.anneal_lr=false",
+            *extra,
+        )
+        train(cfg, d)
+        runs[name] = rows(d / "metrics.csv")
+    kl, one = runs["kl"], runs["one"]
+    assert [r["epochs"] for r in kl] == ["1", "1"] and [r["epochs"] for r in one] == ["1", "1"]
+    assert [r["approx_kl"] for r in kl] != [r["approx_kl"] for r in one]  # it saw a 2nd epoch
+    assert [r["train/return_mean"] for r in kl] == [r["train/return_mean"] for r in one]
+    assert [r["eval/return_mean"] for r in kl] == [r["eval/return_mean"] for r in one]
