@@ -32,8 +32,9 @@ def rltool(*args, cwd):
         (["loss=dqn", "buffer.size=100"], "buffer.size=100"),
         (["loss=dqn", "loss.gamma=1.5"], "loss.gamma=1.5"),
         (["loss=dqn", "buffer.storage=disk"], "buffer.storage='disk'"),
+        (["env=cartpole_pomdp", "loss=dqn", "env.normalize_obs=true"], "env.normalize_obs=True"),
     ],
-    ids=["continuous", "burn_in", "size", "gamma", "storage"],
+    ids=["continuous", "burn_in", "size", "gamma", "storage", "normalize"],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path, args, says):
     r = rltool(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
