@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import statistics
 import tempfile
 import time
@@ -62,7 +63,7 @@ CASES = {
             "policy.encoder_sizes=[]",
             "policy.hidden_sizes=[64]",
             "policy.shared_torso=false",
-            "policy.activation=tanh",
+            "policy.activation=relu",
             "policy.inputs=[observation]",
         ],
     },
@@ -114,8 +115,9 @@ def run_rltool(case, seed, frames, eval_every):
 class SB3Policy:
     """An SB3 model behind rltool's policy API, so both are scored by the same evaluator."""
 
-    def __init__(self, model, recurrent: bool, hidden: int = 64):
+    def __init__(self, model, recurrent: bool, normalize=None, hidden: int = 64):
         self.model, self.recurrent, self.explore, self.has_critic = model, recurrent, False, False
+        self.normalize = normalize  # VecNormalize.normalize_obs (frozen statistics) or None
         self.training = False
         self.state_specs = (
             {"sb3_h": Spec((1, hidden)), "sb3_c": Spec((1, hidden))} if recurrent else {}
@@ -133,6 +135,7 @@ class SB3Policy:
 
     def act(self, inputs, state, is_init):
         obs = inputs[K.OBSERVATION].numpy()
+        obs = self.normalize(obs) if self.normalize is not None else obs
         if not self.recurrent:
             action, _ = self.model.predict(obs, deterministic=True)
             return {K.ACTION: torch.as_tensor(action)}, {}
@@ -151,6 +154,7 @@ def run_sb3(case, seed, frames, eval_every, cfg):
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
 
     z, recurrent = ZOO, case == "lstm"
     keep = cfg.env.obs_keep
@@ -163,6 +167,13 @@ def run_sb3(case, seed, frames, eval_every, cfg):
             return gym.wrappers.TransformObservation(e, lambda o: o[keep], space)
 
     venv = make_vec_env(cfg.env.id, n_envs=z["num_envs"], seed=seed, wrapper_class=wrapper)
+    if cfg.env.normalize_obs or cfg.env.normalize_reward:  # as rl-zoo's `normalize: true`
+        venv = VecNormalize(
+            venv,
+            norm_obs=cfg.env.normalize_obs,
+            norm_reward=cfg.env.normalize_reward,
+            gamma=z["gamma"],
+        )
     lin = lambda v: lambda p: p * v  # noqa: E731  (SB3 schedules get the remaining progress)
     kwargs = dict(
         n_steps=z["steps"],
@@ -182,13 +193,20 @@ def run_sb3(case, seed, frames, eval_every, cfg):
     if recurrent:
         from sb3_contrib import RecurrentPPO
 
-        kwargs["policy_kwargs"] = dict(
-            lstm_hidden_size=64, enable_critic_lstm=True, net_arch=dict(pi=[64], vf=[64])
+        kwargs["policy_kwargs"] = dict(  # rl-zoo's ppo_lstm.yml CartPoleNoVel-v1
+            ortho_init=False,
+            activation_fn=torch.nn.ReLU,
+            lstm_hidden_size=64,
+            enable_critic_lstm=True,
+            net_arch=dict(pi=[64], vf=[64]),
         )
         model = RecurrentPPO("MlpLstmPolicy", venv, **kwargs)
     else:
         model = PPO("MlpPolicy", venv, **kwargs)
-    eval_env = make_env(cfg.env, num_envs=cfg.eval.episodes, training=False)
+    # raw observations: the SB3 policy normalises them with its VecNormalize's frozen statistics
+    raw = dataclasses.replace(cfg.env, normalize_obs=False, normalize_reward=False)
+    eval_env = make_env(raw, num_envs=cfg.eval.episodes, training=False)
+    norm = venv.normalize_obs if isinstance(venv, VecNormalize) else None
     evals, eval_time = [], [0.0]
 
     class Eval(BaseCallback):
@@ -196,7 +214,7 @@ def run_sb3(case, seed, frames, eval_every, cfg):
             if self.num_timesteps % eval_every < z["num_envs"]:
                 t = time.perf_counter()
                 ret = evaluate(
-                    SB3Policy(self.model, recurrent), eval_env, seed + cfg.eval.seed_offset
+                    SB3Policy(self.model, recurrent, norm), eval_env, seed + cfg.eval.seed_offset
                 )
                 evals.append((self.num_timesteps, ret["eval/return_mean"]))
                 eval_time[0] += time.perf_counter() - t
@@ -205,7 +223,7 @@ def run_sb3(case, seed, frames, eval_every, cfg):
     start = time.perf_counter()
     model.learn(frames, callback=Eval())
     wall = time.perf_counter() - start - eval_time[0]
-    ret = evaluate(SB3Policy(model, recurrent), eval_env, seed + cfg.eval.seed_offset)
+    ret = evaluate(SB3Policy(model, recurrent, norm), eval_env, seed + cfg.eval.seed_offset)
     evals.append((model.num_timesteps, ret["eval/return_mean"]))
     return model.num_timesteps / wall, evals, model
 
@@ -253,6 +271,8 @@ def main():
         ", ".join(f"{k}={v}" for k, v in ZOO.items()),
         "; lr and clip annealed linearly to 0; rltool policy:",
         " ".join(CASES[a.case]["policy"]),
+        f"; normalised observations / rewards: {cfg.env.normalize_obs} / "
+        f"{cfg.env.normalize_reward} (SB3: VecNormalize when either is on)",
     )
     rows = [summarize("rltool", ours, threshold)]
     if theirs:
@@ -271,9 +291,11 @@ def main():
         finals = " / ".join(f"{x:.0f}" for x in r["finals"])
         print(f"| {r['name']:<26} | {r['fps']:>14,.0f} | {r['reach']:>13,.0f} | {finals} |")
     if len(rows) == 2:
+        reach = rows[1]["reach"] / rows[0]["reach"] if np.isfinite(rows[0]["reach"]) else None
         print(
             f"\nratio rltool / reference: {rows[0]['fps'] / rows[1]['fps']:.2f}x frames/s, "
-            f"{rows[1]['reach'] / rows[0]['reach']:.2f}x fewer frames to {threshold:.0f}"
+            + (f"{reach:.2f}x" if reach is not None else "-")
+            + f" fewer frames to {threshold:.0f}"
         )
 
 
