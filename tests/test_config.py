@@ -30,6 +30,14 @@ def test_presets_change_what_they_say():
     assert cfg.env.id == "Pendulum-v1" and cfg.loss.gamma == 0.95
 
 
+def test_tuned_settings_apply_to_their_env_policy_loss_only():
+    assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.gamma == 0.99  # tuned/
+    assert make_cfg("env=cartpole_pomdp", "policy=lstm").loss.gamma == 0.98
+    assert make_cfg("env=cartpole", "policy=gru").loss.gamma == 0.98
+    assert make_cfg("env=cartpole_pomdp", "policy=gru", "loss.gamma=0.9").loss.gamma == 0.9
+    assert make_cfg("env=cartpole_pomdp", "policy=gru", "~tuned").loss.gamma == 0.98
+
+
 def test_defaults_are_rl_zoo_cartpole_ppo():
     cfg = make_cfg()
     assert (cfg.env.id, cfg.env.num_envs, cfg.collector.frames_per_batch) == ("CartPole-v1", 8, 256)
