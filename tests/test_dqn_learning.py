@@ -1,6 +1,6 @@
 """Slow learning checks (pytest -m slow): DQN's presets reach the issue's final eval returns.
 
-`rltool train env=cartpole policy=mlp loss=dqn` >= 475 (loss=dqn brings its settings);
+`rltool train env=cartpole policy=mlp loss=dqn` >= 475 (loss=dqn brings its settings) and
 `env=cartpole_pomdp policy=gru loss=dqn` with its preset (experiment=cartpole_pomdp_gru_dqn)
 >= 400 over three seeds. Minutes each on one core."""
 
@@ -19,8 +19,9 @@ def run(tmp_path, *overrides):
 
 
 @pytest.mark.slow
-def test_dqn_mlp_solves_cartpole(tmp_path):
-    summary = run(tmp_path, "env=cartpole", "policy=mlp", "loss=dqn")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dqn_mlp_solves_cartpole(tmp_path, seed):
+    summary = run(tmp_path, "env=cartpole", "policy=mlp", "loss=dqn", f"seed={seed}")
     assert summary["eval/return_mean"] >= 475, summary
 
 
