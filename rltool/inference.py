@@ -28,7 +28,7 @@ from rltool.envs import make_env
 from rltool.envs.normalize import ObsNormalizer
 from rltool.envs.vector import VectorEnv
 from rltool.errors import UserError
-from rltool.modules import make_policy
+from rltool.modules import HEADS, make_policy
 
 
 def _typed(schema, node: dict):
@@ -100,7 +100,7 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     probe = make_env(env_cfg, num_envs=1, obs_norm=obs_norm, training=False, backend="sync")
     specs = probe.specs
     probe.close()
-    policy = make_policy(policy_cfg, specs, heads=("actor", "critic"))
+    policy = make_policy(policy_cfg, specs, heads=HEADS[config["loss"]["name"]])
     try:
         policy.load_state_dict(state["policy"])
     except RuntimeError as e:

@@ -28,7 +28,7 @@ from rltool.evaluate import evaluate
 from rltool.guard import NonFiniteGuard
 from rltool.logging import make_loggers
 from rltool.losses import DQNLoss, PPOLoss, add_gae, linear_schedule
-from rltool.modules import make_policy
+from rltool.modules import HEADS, make_policy
 from rltool.session import Session
 
 
@@ -52,9 +52,6 @@ class Run:
     sampler: str | None  # PPO's minibatch sampler
     guard: NonFiniteGuard
     buffer: ReplayBuffer | None = None  # DQN's replay
-
-
-HEADS = {"ppo": ("actor", "critic"), "dqn": ("q",)}
 
 
 def build(cfg: Config, run_dir: Path | None = None) -> Run:

@@ -7,7 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
+from tensordict import TensorDict
+
+import rltool as rltool_lib
+from rltool.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,3 +76,16 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
     header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
     assert {"loss_value", "q_mean", "td_error_abs_mean", "epsilon"} <= set(header)
     assert not (run_dir / "replay").exists()  # the run's scratch memmap is removed at the end
+
+    # the checkpoint restores as the Q-network it is, for `rltool eval` and `load_policy`
+    assert main(["eval", f"run={run_dir}", "episodes=2"]) == 0
+    assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 2
+    policy, state = rltool_lib.load_policy(run_dir)
+    assert policy.module.is_q and not policy.module.explore
+    zero = policy.initial_state(1)["recurrent_state_h"].unsqueeze(0)  # [T=1, B=1, L, H]
+    for obs in np.random.default_rng(0).uniform(-0.2, 0.2, (8, 4)).astype(np.float32):
+        action, _ = policy(obs, state)  # a full CartPole obs; the env layer masks the velocities
+        td = {"observation": torch.tensor(obs[[0, 2]]).view(1, 1, 2), "recurrent_state_h": zero}
+        td["is_init"] = torch.ones(1, 1, 1, dtype=torch.bool)
+        q, _, _ = policy.module.action_values(TensorDict(td, [1, 1]))
+        assert int(action) == int(q.argmax(-1))  # greedy in exploit mode

@@ -6,6 +6,9 @@ from rltool.config import PolicyConfig
 from rltool.modules.policy import ActorCritic
 from rltool.specs import EnvSpecs
 
+# The heads each loss trains (training and restoring a run's checkpoint build the same policy)
+HEADS = {"ppo": ("actor", "critic"), "dqn": ("q",)}
+
 
 def make_policy(
     cfg: PolicyConfig, specs: EnvSpecs, heads=("actor", "critic"), memory=None
