@@ -32,7 +32,9 @@ def test_presets_change_what_they_say():
 
 def test_tuned_settings_apply_to_their_env_policy_loss_only():
     assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.gamma == 0.99  # tuned/
-    assert make_cfg("env=cartpole_pomdp", "policy=lstm").loss.gamma == 0.99
+    lstm = make_cfg("env=cartpole_pomdp", "policy=lstm").loss
+    assert (lstm.gamma, lstm.entropy_coef) == (0.99, 0.01)
+    assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.entropy_coef == 0.0
     assert make_cfg("env=cartpole_pomdp", "policy=mlp").loss.gamma == 0.98
     assert make_cfg("env=cartpole_pomdp", "policy=gru", "loss=dqn").loss.gamma == 0.98
     assert make_cfg("env=cartpole", "policy=gru").loss.gamma == 0.98
