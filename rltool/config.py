@@ -65,6 +65,7 @@ class PolicyConfig:
     recurrent_mode: str = "auto"  # auto | sequential
     activation: str = "tanh"  # tanh | relu
     init_log_std: float = 0.0
+    dueling: bool = False  # Q head only (loss=dqn): Q = V + A - mean(A)
 
     def __post_init__(self):
         _choice("policy.kind", self.kind, ("mlp", "lstm", "gru"))
@@ -343,6 +344,14 @@ class Config:
         )
         if isinstance(self.loss, DQNConfig):
             self._check_replay()
+        else:
+            _check(
+                not self.policy.dueling,
+                "policy.dueling",
+                True,
+                f"a dueling head is a Q-network's (loss=dqn), not loss={self.loss.name}'s; "
+                "set policy.dueling=false",
+            )
 
     def _check_replay(self) -> None:
         for key in ("normalize_obs", "normalize_reward"):  # running statistics drift

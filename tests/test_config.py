@@ -56,6 +56,7 @@ def test_defaults_are_rl_zoo_cartpole_ppo():
         ("loss.gamma=1.5", "loss.gamma"),
         ("loss.reduction=avg", "loss.reduction"),
         ("loss.target_kl=0", "loss.target_kl"),
+        ("policy.dueling=true", "policy.dueling"),
         ("env.num_envs=0", "env.num_envs"),
         ("env.num_envs=3", "frames_per_batch"),
         ("env.backend=threads", "env.backend"),

@@ -203,6 +203,22 @@ def test_epsilon_schedule_and_greedy():
     assert out[K.ACTION].eq(0).all()
 
 
+def test_dueling_head_by_hand():
+    """Q = V + A - mean(A): with V(s) = s0 + s1 and A(s) = [2 s0, 0], Q(s) = [2 s0 + s1, s1]."""
+    policy = make_policy(PolicyConfig(hidden_sizes=[], dueling=True), SPECS, heads=("q",))
+    head = policy.dist
+    with torch.no_grad():
+        head.linear.weight.copy_(torch.tensor([[2.0, 0.0], [0.0, 0.0]]))
+        head.linear.bias.zero_()
+        head.value.weight.copy_(torch.tensor([[1.0, 1.0]]))
+        head.value.bias.zero_()
+    obs = torch.tensor([[1.0, 3.0], [-2.0, 0.5]])
+    out, _ = policy.act({K.OBSERVATION: obs}, {}, torch.zeros(2, 1, dtype=torch.bool))
+    torch.testing.assert_close(out[K.ACTION_VALUE], torch.tensor([[5.0, 3.0], [-3.5, 0.5]]))
+    # without dueling the head is the one linear layer
+    assert make_policy(PolicyConfig(hidden_sizes=[]), SPECS, heads=("q",)).dist.value is None
+
+
 def rnn_window(kind, T=6, B=3, burn_in=2, seed=0):
     g = torch.Generator().manual_seed(seed)
     cfg = PolicyConfig(kind=kind, hidden_size=5, hidden_sizes=[], encoder_sizes=[])

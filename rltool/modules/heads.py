@@ -80,16 +80,25 @@ def value_head(in_features: int, out: int = 1) -> nn.Linear:
 
 
 class QHead(nn.Module):
-    """features [*, F] -> ``action_value`` [*, n] (Q-values of a discrete action space)."""
+    """features [*, F] -> ``action_value`` [*, n] (Q-values of a discrete action space).
+
+    ``dueling`` (Wang et al. 2016): Q = V + A - mean(A), a state value and per-action advantages
+    from two linear layers. Where all actions are worth nearly the same (a balanced pole: Q ~ 50,
+    the gap between pushes ~0.1) the advantages are learned at their own scale, not as the small
+    difference of two large outputs."""
 
     param_keys = (K.ACTION_VALUE,)
 
-    def __init__(self, in_features: int, n: int):
+    def __init__(self, in_features: int, n: int, dueling: bool = False):
         super().__init__()
-        self.linear = init_linear(nn.Linear(in_features, n), gain=1.0)
+        self.linear = init_linear(nn.Linear(in_features, n), gain=1.0)  # the advantages if dueling
+        self.value = init_linear(nn.Linear(in_features, 1), gain=1.0) if dueling else None
 
     def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
-        return {K.ACTION_VALUE: self.linear(x)}
+        q = self.linear(x)
+        if self.value is not None:
+            q = self.value(x) + q - q.mean(-1, keepdim=True)
+        return {K.ACTION_VALUE: q}
 
 
 def epsilon_greedy(q: torch.Tensor, epsilon: float) -> torch.Tensor:

@@ -108,7 +108,7 @@ class ActorCritic(nn.Module):
             self.critic = value_head(self.critic_torso.out_features)
         f = self.actor_torso.out_features
         if self.is_q:
-            self.dist = QHead(f, act.n)
+            self.dist = QHead(f, act.n, cfg.dueling)
         elif act.discrete:
             self.dist = CategoricalHead(f, act.n)
         else:
