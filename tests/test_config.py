@@ -16,6 +16,9 @@ def options(group: str) -> list[str]:
 
 
 def extra_for(group: str, option: str) -> list[str]:
+    if group == "tuned":  # <env>_<policy>_<loss>: settings for that combination only
+        env, policy, loss = option.rsplit("_", 2)
+        return [f"env={env}", f"policy={policy}", f"loss={loss}"]
     return ["env.id=CartPole-v1"] if (group, option) == ("env", "gym") else []
 
 
@@ -36,7 +39,14 @@ def test_tuned_settings_apply_to_their_env_policy_loss_only():
     assert (lstm.gamma, lstm.entropy_coef) == (0.99, 0.01)
     assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.entropy_coef == 0.0
     assert make_cfg("env=cartpole_pomdp", "policy=mlp").loss.gamma == 0.98
-    assert make_cfg("env=cartpole_pomdp", "policy=gru", "loss=dqn").loss.gamma == 0.98
+    gru_dqn = make_cfg("env=cartpole_pomdp", "policy=gru", "loss=dqn")
+    assert (gru_dqn.loss.gamma, gru_dqn.buffer.seq_len, gru_dqn.policy.inputs) == (
+        0.98,
+        20,
+        ["observation", "prev_action"],
+    )
+    assert make_cfg("experiment=cartpole_pomdp_gru_dqn") == gru_dqn  # the shortcut, no more
+    assert make_cfg("env=cartpole_pomdp", "policy=lstm", "loss=dqn").buffer.burn_in == 0
     assert make_cfg("env=cartpole", "policy=gru").loss.gamma == 0.98
     assert make_cfg("env=cartpole_pomdp", "policy=gru", "loss.gamma=0.9").loss.gamma == 0.9
     assert make_cfg("env=cartpole_pomdp", "policy=gru", "~tuned").loss.gamma == 0.98

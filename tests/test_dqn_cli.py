@@ -82,10 +82,10 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
     assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 2
     policy, state = rltool_lib.load_policy(run_dir)
     assert policy.module.is_q and not policy.module.explore
-    zero = policy.initial_state(1)["recurrent_state_h"].unsqueeze(0)  # [T=1, B=1, L, H]
+    zero = {k: v.unsqueeze(0) for k, v in state.items()}  # [T=1, B=1, ...]: state, prev action
     for obs in np.random.default_rng(0).uniform(-0.2, 0.2, (8, 4)).astype(np.float32):
         action, _ = policy(obs, state)  # a full CartPole obs; the env layer masks the velocities
-        td = {"observation": torch.tensor(obs[[0, 2]]).view(1, 1, 2), "recurrent_state_h": zero}
+        td = {"observation": torch.tensor(obs[[0, 2]]).view(1, 1, 2), **zero}
         td["is_init"] = torch.ones(1, 1, 1, dtype=torch.bool)
         q, _, _ = policy.module.action_values(TensorDict(td, [1, 1]))
         assert int(action) == int(q.argmax(-1))  # greedy in exploit mode
