@@ -40,8 +40,8 @@ def test_tuned_settings_apply_to_their_env_policy_loss_only():
     assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.entropy_coef == 0.0
     assert make_cfg("env=cartpole_pomdp", "policy=mlp").loss.gamma == 0.98
     gru_dqn = make_cfg("env=cartpole_pomdp", "policy=gru", "loss=dqn")
-    assert (gru_dqn.loss.gamma, gru_dqn.buffer.seq_len, gru_dqn.policy.inputs) == (
-        0.98,
+    assert (gru_dqn.loss.n_steps, gru_dqn.buffer.seq_len, gru_dqn.policy.inputs) == (
+        3,
         20,
         ["observation", "prev_action"],
     )
