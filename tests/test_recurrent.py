@@ -141,6 +141,24 @@ def test_temporal_edge_patterns(cls, pattern):
 
 
 @pytest.mark.parametrize("cls", MODULES)
+def test_lanes_reused_only_while_is_init_is_unchanged(cls):
+    """PPO's epochs re-run one rollout: its lanes are built once, and built anew when the same
+    tensor is written in place (the collector's buffer), so the outputs always match the loop."""
+    module = make(cls, 1)
+    x, states, is_init = inputs(module, seed=4)
+    run_mode(module, "temporal", x, states, is_init)
+    lanes = module._lanes_cache[2]
+    run_mode(module, "temporal", x, states, is_init)
+    assert module._lanes_cache[2] is lanes
+    is_init[5:7] = ~is_init[5:7]  # a new pattern in the same memory
+    y, nxt = run_mode(module, "temporal", x, states, is_init)
+    assert module._lanes_cache[2] is not lanes
+    y_seq, nxt_seq = run_mode(module, "sequential", x, states, is_init)
+    for a, b in zip([y, *nxt], [y_seq, *nxt_seq], strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("cls", MODULES)
 def test_loss_path_without_states(cls):
     """``need_states=False`` (the loss path) gives the same outputs and parameter gradients."""
     module = make(cls, 2)

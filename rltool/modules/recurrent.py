@@ -165,6 +165,7 @@ class RecurrentModule(nn.Module):
         self.state_keys = list(state_keys or self.default_state_keys)
         self.default_mode, self.force_sequential = default_mode, force_sequential
         self.call_cost = 128.0  # a fused call costs about as much as this many lane-steps (CPU)
+        self._lanes_cache: tuple | None = None  # (is_init, its identity, lanes or None)
 
     @property
     def state_specs(self) -> dict:
@@ -228,7 +229,7 @@ class RecurrentModule(nn.Module):
     def _temporal(self, x, states, is_init, need_states):
         """x [T, N, F], states at t=0 [N, L, H], is_init [T, N]."""
         states = [s.masked_fill(is_init[0].view(-1, 1, 1), 0.0) for s in states]
-        lanes = _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
+        lanes = self._lanes(is_init)
         h = lanes.split(x) if lanes else [x]
         layer_io = [x]  # every layer's input and output as [T, N, .] (per-step states only)
         for i, layer in enumerate(self.layers):
@@ -252,6 +253,21 @@ class RecurrentModule(nn.Module):
             for i, layer in enumerate(self.layers)
         ]
         return y, tuple(torch.stack(s, -2) for s in zip(*per_layer, strict=True))  # [T, N, L, H]
+
+    def _lanes(self, is_init: torch.Tensor) -> _Lanes | None:
+        """The lanes of ``is_init`` [T, N] (None without a reset after t=0), reused while the
+        same unchanged tensor comes back, as in PPO's epochs over one rollout: the reference held
+        keeps its memory from being reused, and an in-place write bumps its version. (A write
+        through a numpy view of it bumps nothing: don't.)"""
+        if is_init.is_inference():  # no version counter to check
+            return _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
+        key = (is_init.data_ptr(), is_init.device, is_init.shape, is_init.stride())
+        key += (is_init._version, self.call_cost)
+        cached = self._lanes_cache
+        if cached is None or cached[1] != key:
+            lanes = _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
+            self._lanes_cache = cached = (is_init, key, lanes)
+        return cached[2]
 
     # ---- cell specifics ----
     def _cell(self, layer, x, state):
