@@ -9,6 +9,7 @@ Training frames/s excludes evaluation time. frames-to-threshold is the first eva
 
     python scripts/bench_ppo.py --case mlp --seeds 5
     python scripts/bench_ppo.py --case lstm --seeds 3 --frames 100000
+    python scripts/bench_ppo.py --case lstm --seeds 3 --side-by-side   # both at once, 2 cores
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import multiprocessing as mp
+import os
 import statistics
 import tempfile
 import time
@@ -29,6 +32,7 @@ from rltool import keys as K
 from rltool.cli import conf_dir
 from rltool.config import register_configs, to_config
 from rltool.envs import make_env
+from rltool.errors import RunStopped
 from rltool.evaluate import evaluate
 from rltool.specs import Spec
 from rltool.train import train
@@ -98,10 +102,14 @@ def rltool_overrides(case: str, seed: int, frames: int, eval_every: int) -> list
     ]
 
 
-def run_rltool(case, seed, frames, eval_every):
+def rltool_config(case, seed, frames, eval_every):
     register_configs()
     with initialize_config_dir(conf_dir(), version_base="1.3"):
-        cfg = to_config(compose("config", rltool_overrides(case, seed, frames, eval_every)))
+        return to_config(compose("config", rltool_overrides(case, seed, frames, eval_every)))
+
+
+def run_rltool(case, seed, frames, eval_every):
+    cfg = rltool_config(case, seed, frames, eval_every)
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d))
         rows = list(csv.DictReader((Path(d) / "metrics.csv").open()))
@@ -228,6 +236,55 @@ def run_sb3(case, seed, frames, eval_every, cfg):
     return model.num_timesteps / wall, evals, model
 
 
+def _child(fn, args, core, queue):
+    """Runs ``fn(*args)`` on one core and sends back (frames/s, evaluations)."""
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    try:
+        fps, evals, _ = fn(*args)
+    except RunStopped:  # a repeat stopped because SB3 had ended: not a result
+        return
+    queue.put((fps, evals))
+
+
+def side_by_side(case, seed, frames, eval_every):
+    """SB3 on core 1 while rltool repeats the same seed on core 0 until SB3 ends, so both are
+    timed under the same load (a shared machine's speed drifts over minutes). rltool's frames/s:
+    the median of its repeats that ended before SB3 did (the first always counts); a repeat still
+    running when SB3 ends is stopped and dropped. Returns (ours, theirs, repeats), each result
+    (frames/s, evaluations); the evaluations are the first repeat's (the others must equal them:
+    a seeded run is deterministic)."""
+    ctx = mp.get_context("spawn")
+    cfg = rltool_config(case, seed, frames, eval_every)
+    start = lambda fn, args, core, q: ctx.Process(target=_child, args=(fn, args, core, q))  # noqa: E731
+    q_sb3 = ctx.Queue()
+    sb3 = start(run_sb3, (case, seed, frames, eval_every, cfg), 1, q_sb3)
+    sb3.start()
+    ours = []
+    while True:
+        q = ctx.Queue()
+        p = start(run_rltool, (case, seed, frames, eval_every), 0, q)
+        p.start()
+        while p.is_alive() and sb3.is_alive():
+            p.join(0.5)
+        if p.is_alive() and ours:  # SB3 has ended: this repeat would run alone
+            p.terminate()  # rltool stops cleanly on SIGTERM (and its temporary folder goes)
+            p.join(60)
+            if p.is_alive():
+                p.kill()
+            break
+        ours.append(q.get(timeout=3600))
+        p.join()
+        if not sb3.is_alive():
+            break
+    theirs = q_sb3.get(timeout=3600)
+    sb3.join()
+    if any(r[1] != ours[0][1] for r in ours):
+        print(f"warning: rltool's repeats of seed {seed} evaluated differently", flush=True)
+    fps = statistics.median(r[0] for r in ours)
+    return (fps, ours[0][1]), theirs, len(ours)
+
+
 def first_reach(evals, threshold):
     return next((f for f, r in evals if r >= threshold), float("inf"))
 
@@ -246,11 +303,31 @@ def main():
     p.add_argument("--frames", type=int, default=100_000)
     p.add_argument("--eval-every", type=int, default=5_000)
     p.add_argument("--no-sb3", action="store_true", help="skip the stable-baselines3 reference")
+    p.add_argument(
+        "--side-by-side",
+        action="store_true",
+        help="run SB3 and rltool at once, one core each (rltool repeats a seed until SB3 ends):\n"
+        "both timed under the same load; needs 2 cores and stable-baselines3",
+    )
     a = p.parse_args()
     torch.set_num_threads(1)
     threshold = CASES[a.case]["threshold"]
     ours, theirs, cfg = [], [], None
-    for seed in range(a.seeds):
+    if a.side_by_side:
+        if len(os.sched_getaffinity(0)) < 2 or a.no_sb3:
+            p.error("--side-by-side needs 2 cores and the SB3 reference (not --no-sb3)")
+        for seed in range(a.seeds):
+            mine, ref, n = side_by_side(a.case, seed, a.frames, a.eval_every)
+            ours.append(mine)
+            theirs.append(ref)
+            print(
+                f"seed {seed}: rltool {mine[0]:,.0f} frames/s (median of {n} repeats), final "
+                f"eval {mine[1][-1][1]:.1f}; sb3 {ref[0]:,.0f} frames/s, final eval "
+                f"{ref[1][-1][1]:.1f}",
+                flush=True,
+            )
+        cfg = rltool_config(a.case, 0, a.frames, a.eval_every)
+    for seed in range(a.seeds if not a.side_by_side else 0):
         fps, evals, cfg = run_rltool(a.case, seed, a.frames, a.eval_every)
         ours.append((fps, evals))
         print(f"rltool seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}", flush=True)
@@ -283,7 +360,9 @@ def main():
         )
     print(
         f"\ncase {a.case}: {cfg.env.id}{' (velocities hidden)' if cfg.env.obs_keep else ''}, "
-        f"{a.frames:,} frames, {a.seeds} seeds, 1 thread, median over seeds\n"
+        f"{a.frames:,} frames, {a.seeds} seeds, 1 thread, median over seeds"
+        + (", side by side (one core each, at once)" if a.side_by_side else "")
+        + "\n"
     )
     print(f"| {'implementation':<26} | train frames/s | frames to {threshold:.0f} | final evals |")
     print(f"|{'-' * 28}|{'-' * 16}|{'-' * 15}|{'-' * 13}|")

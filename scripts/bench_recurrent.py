@@ -76,8 +76,11 @@ def variants(module: LSTMModule, x, states, is_init):
 
     def temporal(need_states):
         def f():
+            # a new is_init tensor each call: its lanes are built every time, as for a fresh
+            # rollout (PPO's later epochs over one rollout reuse them)
             with recurrent_mode("temporal"):
-                return module.run(x, states, is_init, time_dim=True, need_states=need_states)[0]
+                fresh = is_init.clone()
+                return module.run(x, states, fresh, time_dim=True, need_states=need_states)[0]
 
         return f
 
@@ -98,8 +101,8 @@ def with_cost(module: LSTMModule, call_cost: float, x, states, is_init):
     def f():
         saved, module.call_cost = module.call_cost, call_cost
         try:
-            with recurrent_mode("temporal"):
-                return module.run(x, states, is_init, time_dim=True, need_states=False)[0]
+            with recurrent_mode("temporal"):  # a new is_init: lanes built each call
+                return module.run(x, states, is_init.clone(), time_dim=True, need_states=False)[0]
         finally:
             module.call_cost = saved
 
