@@ -236,9 +236,8 @@ def run_sb3(case, seed, frames, eval_every, cfg):
     return model.num_timesteps / wall, evals, model
 
 
-def _child(fn, args, core, queue):
-    """Runs ``fn(*args)`` on one core and sends back (frames/s, evaluations)."""
-    os.sched_setaffinity(0, {core})
+def _child(fn, args, queue):
+    """Runs ``fn(*args)`` (on the core the parent gives it) and sends back (frames/s, evals)."""
     torch.set_num_threads(1)
     try:
         fps, evals, _ = fn(*args)
@@ -247,26 +246,39 @@ def _child(fn, args, core, queue):
     queue.put((fps, evals))
 
 
-def side_by_side(case, seed, frames, eval_every):
-    """SB3 on core 1 while rltool repeats the same seed on core 0 until SB3 ends, so both are
-    timed under the same load (a shared machine's speed drifts over minutes). rltool's frames/s:
-    the median of its repeats that ended before SB3 did (the first always counts); a repeat still
-    running when SB3 ends is stopped and dropped. Returns (ours, theirs, repeats), each result
-    (frames/s, evaluations); the evaluations are the first repeat's (the others must equal them:
-    a seeded run is deterministic)."""
+def side_by_side(case, seed, frames, eval_every, swap_s: float = 5.0):
+    """SB3 and rltool at once, one core each, rltool repeating the same seed until SB3 ends, so
+    both are timed under the same load (a shared machine's speed drifts over minutes). The two
+    swap cores every ``swap_s`` seconds, so a core slowed by its neighbours slows both alike.
+    rltool's frames/s: the median of its repeats that ended before SB3 did (the first always
+    counts); a repeat still running when SB3 ends is stopped and dropped. Returns (ours, theirs,
+    repeats), each result (frames/s, evaluations); the evaluations are the first repeat's (the
+    others must equal them: a seeded run is deterministic)."""
     ctx = mp.get_context("spawn")
     cfg = rltool_config(case, seed, frames, eval_every)
-    start = lambda fn, args, core, q: ctx.Process(target=_child, args=(fn, args, core, q))  # noqa: E731
+    cores = sorted(os.sched_getaffinity(0))[:2]
+
+    def start(fn, args, q, core):
+        proc = ctx.Process(target=_child, args=(fn, args, q))
+        proc.start()
+        os.sched_setaffinity(proc.pid, {core})
+        return proc
+
     q_sb3 = ctx.Queue()
-    sb3 = start(run_sb3, (case, seed, frames, eval_every, cfg), 1, q_sb3)
-    sb3.start()
-    ours = []
+    sb3 = start(run_sb3, (case, seed, frames, eval_every, cfg), q_sb3, cores[0])
+    ours, swapped, last = [], False, time.monotonic()
     while True:
         q = ctx.Queue()
-        p = start(run_rltool, (case, seed, frames, eval_every), 0, q)
-        p.start()
+        p = start(run_rltool, (case, seed, frames, eval_every), q, cores[1 - swapped])
         while p.is_alive() and sb3.is_alive():
             p.join(0.5)
+            if time.monotonic() - last >= swap_s:
+                swapped, last = not swapped, time.monotonic()
+                try:
+                    os.sched_setaffinity(sb3.pid, {cores[swapped]})
+                    os.sched_setaffinity(p.pid, {cores[1 - swapped]})
+                except ProcessLookupError:  # one of them has just ended
+                    pass
         if p.is_alive() and ours:  # SB3 has ended: this repeat would run alone
             p.terminate()  # rltool stops cleanly on SIGTERM (and its temporary folder goes)
             p.join(60)
@@ -306,8 +318,8 @@ def main():
     p.add_argument(
         "--side-by-side",
         action="store_true",
-        help="run SB3 and rltool at once, one core each (rltool repeats a seed until SB3 ends):\n"
-        "both timed under the same load; needs 2 cores and stable-baselines3",
+        help="run SB3 and rltool at once, one core each, swapping cores every 5 s (rltool\n"
+        "repeats a seed until SB3 ends): both timed under the same load; needs 2 cores and SB3",
     )
     a = p.parse_args()
     torch.set_num_threads(1)
