@@ -308,6 +308,42 @@ def summarize(name, results, threshold):
     return {"name": name, "fps": fps, "reach": reach, "finals": finals}
 
 
+def all_side_by_side(a):
+    """Every seed with :func:`side_by_side`: (ours, theirs), lists of (frames/s, evaluations)."""
+    ours, theirs = [], []
+    for seed in range(a.seeds):
+        mine, ref, n = side_by_side(a.case, seed, a.frames, a.eval_every)
+        ours.append(mine)
+        theirs.append(ref)
+        print(
+            f"seed {seed}: rltool {mine[0]:,.0f} frames/s (median of {n} repeats), final "
+            f"eval {mine[1][-1][1]:.1f}; sb3 {ref[0]:,.0f} frames/s, final eval "
+            f"{ref[1][-1][1]:.1f}",
+            flush=True,
+        )
+    return ours, theirs
+
+
+def all_in_turn(a):
+    """Every seed, rltool then SB3 (unless --no-sb3 or not installed): (ours, theirs, cfg)."""
+    ours, theirs, cfg, with_sb3 = [], [], None, not a.no_sb3
+    for seed in range(a.seeds):
+        fps, evals, cfg = run_rltool(a.case, seed, a.frames, a.eval_every)
+        ours.append((fps, evals))
+        print(f"rltool seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}", flush=True)
+        if not with_sb3:
+            continue
+        try:
+            fps, evals, _ = run_sb3(a.case, seed, a.frames, a.eval_every, cfg)
+        except ImportError as e:
+            print(f"stable-baselines3 reference skipped: {e} (pip install -e '.[bench]')")
+            with_sb3 = False
+            continue
+        theirs.append((fps, evals))
+        print(f"sb3    seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}", flush=True)
+    return ours, theirs, cfg
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--case", choices=sorted(CASES), default="mlp")
@@ -324,37 +360,13 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(1)
     threshold = CASES[a.case]["threshold"]
-    ours, theirs, cfg = [], [], None
     if a.side_by_side:
         if len(os.sched_getaffinity(0)) < 2 or a.no_sb3:
             p.error("--side-by-side needs 2 cores and the SB3 reference (not --no-sb3)")
-        for seed in range(a.seeds):
-            mine, ref, n = side_by_side(a.case, seed, a.frames, a.eval_every)
-            ours.append(mine)
-            theirs.append(ref)
-            print(
-                f"seed {seed}: rltool {mine[0]:,.0f} frames/s (median of {n} repeats), final "
-                f"eval {mine[1][-1][1]:.1f}; sb3 {ref[0]:,.0f} frames/s, final eval "
-                f"{ref[1][-1][1]:.1f}",
-                flush=True,
-            )
+        ours, theirs = all_side_by_side(a)
         cfg = rltool_config(a.case, 0, a.frames, a.eval_every)
-    for seed in range(a.seeds if not a.side_by_side else 0):
-        fps, evals, cfg = run_rltool(a.case, seed, a.frames, a.eval_every)
-        ours.append((fps, evals))
-        print(f"rltool seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}", flush=True)
-        if not a.no_sb3:
-            try:
-                fps, evals, model = run_sb3(a.case, seed, a.frames, a.eval_every, cfg)
-            except ImportError as e:
-                print(f"stable-baselines3 reference skipped: {e} (pip install -e '.[bench]')")
-                a.no_sb3 = True
-                continue
-            theirs.append((fps, evals))
-            print(
-                f"sb3    seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}",
-                flush=True,
-            )
+    else:
+        ours, theirs, cfg = all_in_turn(a)
     print(
         "\nhyperparameters (both):",
         ", ".join(f"{k}={v}" for k, v in ZOO.items()),

@@ -265,15 +265,16 @@ class RecurrentModule(nn.Module):
         same unchanged tensor comes back, as in PPO's epochs over one rollout: the reference held
         keeps its memory from being reused, and an in-place write bumps its version. (A write
         through a numpy view of it bumps nothing: don't.)"""
-        if is_init.is_inference():  # no version counter to check
-            return _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
-        key = (is_init.data_ptr(), is_init.device, is_init.shape, is_init.stride())
-        key += (is_init._version, self.call_cost)
-        cached = self._lanes_cache
-        if cached is None or cached[1] != key:
-            lanes = _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
-            self._lanes_cache = cached = (is_init, key, lanes)
-        return cached[2]
+        key = None  # an inference tensor has no version counter to check: never cached
+        if not is_init.is_inference():
+            key = (is_init.data_ptr(), is_init.device, is_init.shape, is_init.stride())
+            key += (is_init._version, self.call_cost)
+            if self._lanes_cache is not None and self._lanes_cache[1] == key:
+                return self._lanes_cache[2]
+        lanes = _Lanes(is_init, self.call_cost) if bool(is_init[1:].any()) else None
+        if key is not None:
+            self._lanes_cache = (is_init, key, lanes)
+        return lanes
 
     # ---- cell specifics ----
     def _cell(self, layer, x, state):
