@@ -84,7 +84,7 @@ class Episodes:
                 stacklevel=2,
             )
             if self.env.reward_scaler is not None:  # its running return belonged to old episodes
-                self.env.reward_scaler.ret.zero_()
+                self.env.reward_scaler.reset_returns()
             self.collector.frames = state["collector"]["frames"]
             return
         self.env.set_state(state["env"])

@@ -1,11 +1,15 @@
 """The env layer: autoreset, final observations, is_init, flags kept apart, spaces, seeding."""
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
 from rltool import keys as K
 from rltool.config import EnvConfig
 from rltool.envs import make_env
+from rltool.envs.normalize import RewardScaler, RunningMeanStd
 from rltool.errors import ConfigError
 
 
@@ -115,15 +119,13 @@ def test_normalisation_updates_in_training_and_is_frozen_in_eval():
     env.reset_tensors(seed=0)
     for _ in range(5):
         env.step_tensors(torch.zeros(2, dtype=torch.int64))
-    count = env.obs_norm.stats.count.clone()
-    mean = env.obs_norm.stats.mean.clone()
-    assert count > 10  # 1 reset + 5 steps of 2 envs
+    before = env.obs_norm.state_dict()
+    assert before["count"] > 10  # 1 reset + 5 steps of 2 envs
     ev.reset_tensors(seed=0)
     r = ev.step_tensors(torch.zeros(2, dtype=torch.int64))
-    assert torch.equal(env.obs_norm.stats.count, count) and torch.equal(
-        env.obs_norm.stats.mean, mean
-    )
-    expected = (torch.tensor([1.0, 0.0]).double() - mean) / (env.obs_norm.stats.var + 1e-8).sqrt()
+    after = env.obs_norm.state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in ("count", "mean", "var"))
+    expected = (torch.tensor([1.0, 0.0]).double() - before["mean"]) / (before["var"] + 1e-8).sqrt()
     assert torch.allclose(r.observation[0].double(), expected.clamp(-10, 10), atol=1e-5)
     assert torch.equal(r.reward, torch.ones(2, 1))  # the eval env's rewards are raw
 
@@ -133,3 +135,34 @@ def test_continuous_actions_are_clipped_for_the_env_only():
     env.reset_tensors(seed=0)
     r = env.step_tensors(torch.tensor([[5.0]]))
     assert r.reward.item() == 2.0  # 1 + clip(5, -1, 1)
+
+
+def test_running_stats_over_chunks_equal_the_stats_of_all_samples():
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(100, 3))
+    stats = RunningMeanStd((3,))
+    for chunk in np.split(data, [7, 8, 40, 99]):  # uneven chunks, one of a single row
+        stats.update(chunk)
+    # the prior (mean 0, var 1, count 1e-4) weighs 1e-6 of the result
+    np.testing.assert_allclose(stats.mean, data.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(stats.var, data.var(0), rtol=1e-5)
+    restored = RunningMeanStd((3,))
+    restored.load_state_dict(stats.state_dict())
+    assert restored.count == stats.count and np.array_equal(restored.var, stats.var)
+
+
+def test_reward_scaler_divides_by_the_std_of_the_discounted_return():
+    scaler = RewardScaler(num_envs=2, gamma=0.5)
+    done = torch.tensor([False, True])
+    out = scaler(torch.tensor([1.0, 2.0]), done)
+    # returns after the step: [1, 2] (env 1's is then zeroed); their var (with the prior) ~0.25
+    var = scaler.stats.var
+    assert var == pytest.approx(0.25, rel=1e-3) and scaler.ret.tolist() == [1.0, 0.0]
+    assert torch.allclose(out, torch.tensor([1.0, 2.0]) / math.sqrt(var + 1e-8))
+    scaler(torch.tensor([1.0, 1.0]), torch.tensor([False, False]))
+    assert scaler.ret.tolist() == [1.5, 1.0]  # 0.5 * 1 + 1, and a fresh episode's 1
+    saved = scaler.state_dict()
+    scaler.reset_returns()
+    assert not scaler.ret.any()
+    scaler.load_state_dict(saved)
+    assert scaler.ret.tolist() == [1.5, 1.0]

@@ -141,7 +141,7 @@ class VectorEnv:
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
         if self.reward_scaler is not None:
-            self.reward_scaler.ret.zero_()
+            self.reward_scaler.reset_returns()
         return self._to(self._obs(raw))[0]
 
     def step_tensors(self, action: torch.Tensor) -> StepResult:
@@ -227,7 +227,7 @@ class VectorEnv:
             "envs": states,
             "episode_return": torch.from_numpy(self._ep_return.copy()),
             "episode_length": torch.from_numpy(self._ep_length.copy()),
-            "reward_return": scaler.ret.clone() if scaler is not None else None,
+            "reward_return": scaler.returns() if scaler is not None else None,
         }
 
     def set_state(self, state: dict) -> None:
@@ -237,7 +237,7 @@ class VectorEnv:
         self._ep_return[:] = state["episode_return"].numpy().reshape(self._ep_return.shape)
         self._ep_length[:] = state["episode_length"].numpy().reshape(self._ep_length.shape)
         if self.reward_scaler is not None:
-            self.reward_scaler.ret = state["reward_return"].clone().double()
+            self.reward_scaler.set_returns(state["reward_return"])
 
     def close(self) -> None:
         self.vec_env.close()
