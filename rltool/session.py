@@ -295,8 +295,12 @@ class Session:
 
 
 def progress(c: Counters, frames: int) -> float:
-    return c.anchor_progress + (1 - c.anchor_progress) * (frames - c.anchor_frames) / (
-        c.total_frames - c.anchor_frames
+    # at most 1: the last batch ends past total_frames when it does not divide the budget, and
+    # annealed values must stop at 0 there, not turn negative (a negative lr ascends the loss)
+    return min(
+        1.0,
+        c.anchor_progress
+        + (1 - c.anchor_progress) * (frames - c.anchor_frames) / (c.total_frames - c.anchor_frames),
     )
 
 

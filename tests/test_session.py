@@ -25,7 +25,7 @@ from rltool.config import (
 from rltool.envs.vector import VectorEnv
 from rltool.errors import EXIT_DIVERGED, RunStopped
 from rltool.guard import NonFiniteGuard
-from rltool.session import Session
+from rltool.session import Counters, Session, progress
 from rltool.train import build, train
 
 
@@ -131,3 +131,10 @@ def test_a_non_finite_model_never_replaces_the_last_good_checkpoint(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name, "latest"]
     run.collector.close()
     run.eval_env.close()
+
+
+def test_schedule_stops_at_zero_when_the_last_batch_overshoots_the_budget():
+    c = Counters(anchor_frames=512, anchor_progress=0.25, total_frames=3000)
+    assert progress(c, 512) == 0.25
+    assert progress(c, 512 + 1244) == pytest.approx(0.625)  # halfway from the anchor
+    assert progress(c, 3000) == 1.0 and progress(c, 3072) == 1.0  # not 1.0289: lr would be < 0
