@@ -100,7 +100,7 @@ class HandLoop:
             b[K.OBSERVATION][t] = self.obs
             b[K.IS_INIT][t] = self.is_init
             logits, value, nxt = self._heads(self.obs, self.state)
-            action = torch.multinomial(torch.softmax(logits, -1), 1).squeeze(-1)
+            action = self.p.dist.sample({K.LOGITS: logits}, explore=True)  # the same draw
             logp = torch.log_softmax(logits, -1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
             b[K.ACTION][t], b[K.LOGITS][t] = action, logits
             b[K.SAMPLE_LOG_PROB][t], b[K.STATE_VALUE][t] = logp, value
