@@ -34,11 +34,12 @@ def test_presets_change_what_they_say():
 
 
 def test_tuned_settings_apply_to_their_env_policy_loss_only():
-    assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.gamma == 0.99  # tuned/
-    lstm = make_cfg("env=cartpole_pomdp", "policy=lstm").loss
-    assert (lstm.gamma, lstm.entropy_coef) == (0.99, 0.01)
-    assert make_cfg("env=cartpole_pomdp", "policy=gru").loss.entropy_coef == 0.0
-    assert make_cfg("env=cartpole_pomdp", "policy=mlp").loss.gamma == 0.98
+    for kind in ("lstm", "gru"):  # tuned/cartpole_pomdp_<kind>_ppo.yaml
+        loss = make_cfg("env=cartpole_pomdp", f"policy={kind}").loss
+        assert (loss.gamma, loss.entropy_coef) == (0.99, 0.01)
+    mlp = make_cfg("env=cartpole_pomdp", "policy=mlp").loss
+    assert (mlp.gamma, mlp.entropy_coef) == (0.98, 0.0)
+    assert make_cfg("env=cartpole", "policy=lstm").loss.entropy_coef == 0.0
     gru_dqn = make_cfg("env=cartpole_pomdp", "policy=gru", "loss=dqn")
     assert (gru_dqn.loss.n_steps, gru_dqn.buffer.seq_len, gru_dqn.policy.inputs) == (
         3,
