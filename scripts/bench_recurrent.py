@@ -1,6 +1,6 @@
 """Temporal mode of LSTMModule against the step loop, a bare nn.LSTMCell loop and the lower bound.
 
-    PYTHONPATH=. python scripts/bench_recurrent.py [--reps 30] [--variants]
+    PYTHONPATH=. python scripts/bench_recurrent.py [--reps 30] [--variants] [--cell gru]
 
 hidden 64, input 64, [T=128, B=16], float32, one thread, ~2% and ~10% random resets (is_init).
 First checks on the timed data that temporal mode equals the sequential loop (outputs, next states,
@@ -15,6 +15,8 @@ With ``--variants``, other ways to run the loss path, each checked against the L
 - chunk per length: the lanes' staircase cut at every distinct segment length (``call_cost`` = 0);
 - packed sequence: one nn.LSTM call on a PackedSequence (no padding, but no oneDNN kernel);
 - union of resets: all columns, one fused call between consecutive time steps holding a reset.
+``--cell gru`` times GRUModule the same way (GRUCell loop, nn.GRU). torch has no oneDNN GRU kernel
+on the CPU: its GRU runs the cell's ops step by step, so fwd+bwd costs ~3-4x the LSTM's.
 "forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
 Reported: median ms per call, and the ratio to the lower bound of the same column.
 """
@@ -29,17 +31,17 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
-from rltool.modules.recurrent import LSTMModule, _Lanes, recurrent_mode
+from rltool.modules.recurrent import GRUModule, LSTMModule, _Lanes, recurrent_mode
 
 T, B, F, H = 128, 16, 64, 64
 
 
-def make_data(rate: float, seed: int = 0):
+def make_data(rate: float, n_states: int, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(T, B, F, generator=g)
-    h0, c0 = (torch.randn(B, 1, H, generator=g) * 0.5 for _ in range(2))
+    states = tuple(torch.randn(B, 1, H, generator=g) * 0.5 for _ in range(n_states))
     is_init = torch.rand(T, B, 1, generator=g) < rate
-    return x, (h0, c0), is_init
+    return x, states, is_init
 
 
 def check(module: LSTMModule, x, states, is_init):
@@ -59,20 +61,26 @@ def check(module: LSTMModule, x, states, is_init):
     return err
 
 
-def cell_loop(cell: nn.LSTMCell, x, h0, c0, is_init):
+def cell_loop(cell: nn.RNNCellBase, x, states, is_init):
+    """states: (h, c) of an LSTMCell, (h,) of a GRUCell, each [B, H]."""
     keep = (~is_init).to(x.dtype)  # [T, B, 1]
-    h, c, ys = h0, c0, []
+    ys = []
     for t in range(x.shape[0]):
-        h, c = cell(x[t], (h * keep[t], c * keep[t]))
-        ys.append(h)
+        masked = tuple(s * keep[t] for s in states)
+        out = cell(x[t], masked if len(masked) == 2 else masked[0])
+        states = out if isinstance(out, tuple) else (out,)
+        ys.append(states[0])
     return torch.stack(ys)
 
 
-def variants(module: LSTMModule, x, states, is_init):
-    lstm = module.layers[0]
-    cell = nn.LSTMCell(F, H)
-    cell.load_state_dict({k.removesuffix("_l0"): v for k, v in lstm.state_dict().items()})
-    h0, c0 = (s[:, 0] for s in states)
+def variants(module: LSTMModule | GRUModule, x, states, is_init):
+    rnn = module.layers[0]
+    cell = (nn.LSTMCell if isinstance(rnn, nn.LSTM) else nn.GRUCell)(F, H)
+    cell.load_state_dict({k.removesuffix("_l0"): v for k, v in rnn.state_dict().items()})
+    first = tuple(s[:, 0] for s in states)
+    whole = tuple(s.unsqueeze(0) for s in first)
+    whole = whole if len(whole) == 2 else whole[0]
+    name = type(rnn).__name__
 
     def temporal(need_states):
         def f():
@@ -92,8 +100,8 @@ def variants(module: LSTMModule, x, states, is_init):
         "temporal (loss path)": temporal(False),
         "temporal + states": temporal(True),
         "sequential loop": sequential,
-        "LSTMCell loop": lambda: cell_loop(cell, x, h0, c0, is_init),
-        "nn.LSTM (lower bound)": lambda: lstm(x, (h0.unsqueeze(0), c0.unsqueeze(0)))[0],
+        f"{name}Cell loop": lambda: cell_loop(cell, x, first, is_init),
+        f"nn.{name} (lower bound)": lambda: rnn(x, whole)[0],
     }
 
 
@@ -181,13 +189,17 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--variants", action="store_true", help="also time other temporal strategies")
+    p.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
     args = p.parse_args()
+    if args.variants and args.cell != "lstm":
+        p.error("--variants times LSTM strategies only: drop --cell gru")
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    module = LSTMModule(F, H, 1)
+    module = (LSTMModule if args.cell == "lstm" else GRUModule)(F, H, 1)
+    kind = type(module.layers[0]).__name__
     rows, cols = {}, []
     for rate in (0.02, 0.10):
-        x, states, is_init = make_data(rate)
+        x, states, is_init = make_data(rate, len(module.state_keys))
         err = check(module, x, states, is_init)
         n_seg = int(is_init[1:].sum()) + B
         print(
@@ -196,13 +208,13 @@ def main():
         )
         fns = variants(module, x, states, is_init)
         if args.variants:
-            fns.update(extra_variants(module, x, states, is_init, fns["LSTMCell loop"]))
+            fns.update(extra_variants(module, x, states, is_init, fns[f"{kind}Cell loop"]))
         for backward in (False, True):
             col = f"{rate:.0%} {'fwd+bwd' if backward else 'forward'}"
             cols.append(col)
             for name, ms in timeit(fns, backward, args.reps).items():
                 rows.setdefault(name, {})[col] = ms
-    lower = rows["nn.LSTM (lower bound)"]
+    lower = rows[f"nn.{kind} (lower bound)"]
     width = max(map(len, rows)) + 2
     print(f"\n{'ms per call (x lower bound)':<{width}}" + "".join(f"{c:>18}" for c in cols))
     for name, r in rows.items():
