@@ -35,6 +35,20 @@ def test_same_seed_same_metrics_and_another_seed_differs(tmp_path):
     assert runs["a"] != runs["c"]
 
 
+def test_how_often_a_run_evaluates_leaves_its_training_unchanged(tmp_path):
+    trained = {}
+    for every in (256, 1024):
+        d = tmp_path / str(every)
+        d.mkdir()
+        overrides = ["env=cartpole_pomdp", "policy=gru", "total_frames=1024", "loss.epochs=2"]
+        train(make_cfg(*overrides, f"eval.every_frames={every}", "logger.progress=none"), d)
+        trained[every] = [
+            {k: v for k, v in r.items() if not k.startswith("eval/")}
+            for r in rows(d / "metrics.csv")
+        ]
+    assert len(trained[256]) == 4 and trained[256] == trained[1024]
+
+
 def test_user_env_module_from_working_directory_in_async_workers(tmp_path):
     (tmp_path / "my_env_mod.py").write_text(
         textwrap.dedent("""

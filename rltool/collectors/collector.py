@@ -110,7 +110,9 @@ class Collector:
         }
         state = {k: s.zeros(self.B, device=dev) for k, s in self.state_specs.items()}
         is_init = torch.ones(self.B, 1, dtype=torch.bool, device=dev)
-        with torch.no_grad():
+        # the probe's action draws must not move the global RNG: an evaluation builds a collector,
+        # and training would otherwise depend on how often it evaluates
+        with torch.no_grad(), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             out, _ = self.policy.act(inputs, state, is_init)
         return out
 
