@@ -34,9 +34,9 @@ def test_presets_change_what_they_say():
 
 
 def test_tuned_settings_apply_to_their_env_policy_loss_only():
-    for kind in ("lstm", "gru"):  # tuned/cartpole_pomdp_<kind>_ppo.yaml
+    for kind, lam in (("lstm", 0.8), ("gru", 0.95)):  # tuned/cartpole_pomdp_<kind>_ppo.yaml
         loss = make_cfg("env=cartpole_pomdp", f"policy={kind}").loss
-        assert (loss.gamma, loss.entropy_coef) == (0.99, 0.01)
+        assert (loss.gamma, loss.gae_lambda, loss.entropy_coef) == (0.99, lam, 0.01)
     mlp = make_cfg("env=cartpole_pomdp", "policy=mlp").loss
     assert (mlp.gamma, mlp.entropy_coef) == (0.98, 0.0)
     assert make_cfg("env=cartpole", "policy=lstm").loss.entropy_coef == 0.0
