@@ -14,16 +14,17 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, OmegaConf
 
+from rltool import algos
 from rltool.errors import ConfigError
 
 
-def _check(ok: bool, key: str, value: Any, want: str) -> None:
+def check(ok: bool, key: str, value: Any, want: str) -> None:
     if not ok:
         raise ConfigError(f"{key}={value!r} is invalid: {want}")
 
 
-def _choice(key: str, value: str, options: tuple[str, ...]) -> None:
-    _check(value in options, key, value, f"choose one of {', '.join(options)}")
+def check_choice(key: str, value: str, options: tuple[str, ...]) -> None:
+    check(value in options, key, value, f"choose one of {', '.join(options)}")
 
 
 @dataclass
@@ -40,12 +41,12 @@ class EnvConfig:
     clip_obs: float = 10.0
 
     def __post_init__(self):
-        _check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
-        _check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
-        _choice("env.backend", self.backend, ("sync", "async", "envpool"))
-        _check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
+        check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
+        check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
+        check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
+        check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
         if self.max_episode_steps is not None:
-            _check(
+            check(
                 self.max_episode_steps >= 1,
                 "env.max_episode_steps",
                 self.max_episode_steps,
@@ -65,23 +66,23 @@ class PolicyConfig:
     recurrent_mode: str = "auto"  # auto | sequential
     activation: str = "tanh"  # tanh | relu
     init_log_std: float = 0.0
-    dueling: bool = False  # Q head only (loss=dqn): Q = V + A - mean(A)
+    dueling: bool = False  # Q heads only: Q = V + A - mean(A)
 
     def __post_init__(self):
-        _choice("policy.kind", self.kind, ("mlp", "lstm", "gru"))
+        check_choice("policy.kind", self.kind, ("mlp", "lstm", "gru"))
         for n in [*self.hidden_sizes, *self.encoder_sizes]:
-            _check(n >= 1, "policy.hidden_sizes", n, "layer sizes must be >= 1")
-        _check(self.hidden_size >= 1, "policy.hidden_size", self.hidden_size, "must be >= 1")
-        _check(self.num_layers >= 1, "policy.num_layers", self.num_layers, "must be >= 1")
-        _choice("policy.recurrent_mode", self.recurrent_mode, ("auto", "sequential"))
-        _choice("policy.activation", self.activation, ("tanh", "relu"))
+            check(n >= 1, "policy.hidden_sizes", n, "layer sizes must be >= 1")
+        check(self.hidden_size >= 1, "policy.hidden_size", self.hidden_size, "must be >= 1")
+        check(self.num_layers >= 1, "policy.num_layers", self.num_layers, "must be >= 1")
+        check_choice("policy.recurrent_mode", self.recurrent_mode, ("auto", "sequential"))
+        check_choice("policy.activation", self.activation, ("tanh", "relu"))
         for name in self.inputs:
-            _choice("policy.inputs", name, ("observation", "prev_action", "prev_reward"))
-        _check(
+            check_choice("policy.inputs", name, ("observation", "prev_action", "prev_reward"))
+        check(
             "observation" in self.inputs, "policy.inputs", self.inputs, "must include observation"
         )
         if self.kind == "mlp":
-            _check(
+            check(
                 list(self.inputs) == ["observation"],
                 "policy.inputs",
                 self.inputs,
@@ -90,82 +91,10 @@ class PolicyConfig:
 
 
 @dataclass
-class PPOConfig:
-    name: str = "ppo"
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_epsilon: float = 0.2
-    anneal_clip: bool = False  # clip epsilon decays linearly to 0 over total_frames
-    clip_value: float | None = None  # value clipping range; null = off
-    normalize_advantage: bool = True
-    entropy_coef: float = 0.0
-    value_coef: float = 0.5
-    reduction: str = "mean"
-    epochs: int = 10
-    num_minibatches: int = 4
-    target_kl: float | None = None  # stop a batch's epochs once approx_kl > 1.5x this; null = off
-    sampler: str = "auto"  # auto | steps | sequences
-
-    def __post_init__(self):
-        _check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
-        _check(0 <= self.gae_lambda <= 1, "loss.gae_lambda", self.gae_lambda, "must be in [0, 1]")
-        _check(self.clip_epsilon > 0, "loss.clip_epsilon", self.clip_epsilon, "must be > 0")
-        if self.clip_value is not None:
-            _check(self.clip_value > 0, "loss.clip_value", self.clip_value, "must be > 0 or null")
-        _check(self.entropy_coef >= 0, "loss.entropy_coef", self.entropy_coef, "must be >= 0")
-        _check(self.value_coef >= 0, "loss.value_coef", self.value_coef, "must be >= 0")
-        _choice("loss.reduction", self.reduction, ("mean", "sum", "none"))
-        _check(self.epochs >= 1, "loss.epochs", self.epochs, "must be >= 1")
-        _check(
-            self.num_minibatches >= 1, "loss.num_minibatches", self.num_minibatches, "must be >= 1"
-        )
-        if self.target_kl is not None:
-            _check(self.target_kl > 0, "loss.target_kl", self.target_kl, "must be > 0 or null")
-        _choice("loss.sampler", self.sampler, ("auto", "steps", "sequences"))
-
-
-@dataclass
-class DQNConfig:
-    name: str = "dqn"
-    gamma: float = 0.99
-    n_steps: int = 1  # n-step returns (cut at episode ends and at the end of a sequence)
-    double_dqn: bool = False
-    loss_function: str = "l2"  # l2 | smooth_l1
-    reduction: str = "mean"
-    target_update: str = "hard"  # hard (copy every target_update_every updates) | soft (tau)
-    target_update_every: int = 10
-    tau: float = 0.005
-    utd_ratio: int = 1  # gradient updates per collected batch
-    warmup_frames: int = 1000  # frames collected before the first update
-    eps_start: float = 1.0  # epsilon-greedy, linear from eps_start to eps_end over eps_frames
-    eps_end: float = 0.05
-    eps_frames: int = 10_000
-
-    def __post_init__(self):
-        _check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
-        _check(self.n_steps >= 1, "loss.n_steps", self.n_steps, "must be >= 1")
-        _choice("loss.loss_function", self.loss_function, ("l2", "smooth_l1"))
-        _choice("loss.reduction", self.reduction, ("mean", "sum", "none"))
-        _choice("loss.target_update", self.target_update, ("hard", "soft"))
-        _check(
-            self.target_update_every >= 1,
-            "loss.target_update_every",
-            self.target_update_every,
-            "must be >= 1",
-        )
-        _check(0 < self.tau <= 1, "loss.tau", self.tau, "must be in (0, 1]")
-        _check(self.utd_ratio >= 1, "loss.utd_ratio", self.utd_ratio, "must be >= 1")
-        _check(self.warmup_frames >= 0, "loss.warmup_frames", self.warmup_frames, "must be >= 0")
-        for key in ("eps_start", "eps_end"):
-            v = getattr(self, key)
-            _check(0 <= v <= 1, f"loss.{key}", v, "must be in [0, 1]")
-        _check(self.eps_frames >= 1, "loss.eps_frames", self.eps_frames, "must be >= 1")
-
-
-@dataclass
 class BufferConfig:
-    """Replay (DQN): transitions for an MLP policy, windows of ``seq_len`` steps for a recurrent
-    one (the stored state at the first step, ``burn_in`` steps that only warm it)."""
+    """Replay (off-policy algorithms): transitions for an MLP policy, windows of ``seq_len``
+    steps for a recurrent one (the stored state at the first step, ``burn_in`` steps that only
+    warm it)."""
 
     size: int = 100_000  # capacity in transitions (all envs together)
     batch_size: int = 64  # transitions (MLP) or sequences (recurrent) per update
@@ -179,20 +108,20 @@ class BufferConfig:
     path: str | None = None  # memmap folder; null = <run dir>/replay, deleted at the end
 
     def __post_init__(self):
-        _check(self.size >= 1, "buffer.size", self.size, "must be >= 1")
-        _check(self.batch_size >= 1, "buffer.batch_size", self.batch_size, "must be >= 1")
-        _check(self.burn_in >= 0, "buffer.burn_in", self.burn_in, "must be >= 0")
-        _check(
+        check(self.size >= 1, "buffer.size", self.size, "must be >= 1")
+        check(self.batch_size >= 1, "buffer.batch_size", self.batch_size, "must be >= 1")
+        check(self.burn_in >= 0, "buffer.burn_in", self.burn_in, "must be >= 0")
+        check(
             self.seq_len > self.burn_in,
             "buffer.seq_len",
             self.seq_len,
             f"must be larger than buffer.burn_in={self.burn_in} (burn-in steps never enter "
             "the loss)",
         )
-        _check(self.alpha >= 0, "buffer.alpha", self.alpha, "must be >= 0")
-        _check(0 <= self.beta <= 1, "buffer.beta", self.beta, "must be in [0, 1]")
-        _check(0 <= self.priority_eta <= 1, "buffer.priority_eta", self.priority_eta, "in [0, 1]")
-        _choice("buffer.storage", self.storage, ("memory", "memmap"))
+        check(self.alpha >= 0, "buffer.alpha", self.alpha, "must be >= 0")
+        check(0 <= self.beta <= 1, "buffer.beta", self.beta, "must be in [0, 1]")
+        check(0 <= self.priority_eta <= 1, "buffer.priority_eta", self.priority_eta, "in [0, 1]")
+        check_choice("buffer.storage", self.storage, ("memory", "memmap"))
 
 
 @dataclass
@@ -205,7 +134,7 @@ class CollectorConfig:
     storing_device: str | None = None  # where rollouts are written (null: the env's device)
 
     def __post_init__(self):
-        _check(
+        check(
             self.frames_per_batch >= 1,
             "collector.frames_per_batch",
             self.frames_per_batch,
@@ -223,16 +152,16 @@ class OptimConfig:
     max_nonfinite_steps: int = 10
 
     def __post_init__(self):
-        _check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
-        _check(self.eps > 0, "optim.eps", self.eps, "must be > 0")
+        check(self.lr > 0, "optim.lr", self.lr, "must be > 0")
+        check(self.eps > 0, "optim.eps", self.eps, "must be > 0")
         if self.max_grad_norm is not None:
-            _check(
+            check(
                 self.max_grad_norm > 0,
                 "optim.max_grad_norm",
                 self.max_grad_norm,
                 "must be > 0 or null",
             )
-        _check(
+        check(
             self.max_nonfinite_steps >= 1,
             "optim.max_nonfinite_steps",
             self.max_nonfinite_steps,
@@ -258,8 +187,8 @@ class WandbLoggerConfig:
     init_timeout_s: float = 30.0  # online only
 
     def __post_init__(self):
-        _choice("logger.wandb.mode", self.mode, ("online", "offline", "disabled"))
-        _check(
+        check_choice("logger.wandb.mode", self.mode, ("online", "offline", "disabled"))
+        check(
             self.init_timeout_s > 0,
             "logger.wandb.init_timeout_s",
             self.init_timeout_s,
@@ -282,8 +211,8 @@ class LoggerConfig:
     every_s: float = 5.0  # plain progress lines at most this often
 
     def __post_init__(self):
-        _choice("logger.progress", self.progress, ("auto", "lines", "none"))
-        _check(self.every_s >= 0, "logger.every_s", self.every_s, "must be >= 0")
+        check_choice("logger.progress", self.progress, ("auto", "lines", "none"))
+        check(self.every_s >= 0, "logger.every_s", self.every_s, "must be >= 0")
 
 
 @dataclass
@@ -293,8 +222,8 @@ class EvalConfig:
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
 
     def __post_init__(self):
-        _check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
-        _check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")
+        check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
+        check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")
 
 
 @dataclass
@@ -306,20 +235,20 @@ class CheckpointConfig:
 
     def __post_init__(self):
         if self.every_frames is not None:
-            _check(
+            check(
                 self.every_frames >= 1,
                 "checkpoint.every_frames",
                 self.every_frames,
                 "must be >= 1 or null",
             )
-        _check(self.keep >= 1, "checkpoint.keep", self.keep, "must be >= 1")
+        check(self.keep >= 1, "checkpoint.keep", self.keep, "must be >= 1")
 
 
 @dataclass
 class Config:
     env: EnvConfig = MISSING
     policy: PolicyConfig = MISSING
-    loss: Any = MISSING  # PPOConfig or DQNConfig, chosen by the loss group
+    loss: Any = MISSING  # the chosen algorithm's config (rltool.algos), by the loss group
     collector: CollectorConfig = MISSING
     buffer: BufferConfig = MISSING
     optim: OptimConfig = MISSING
@@ -332,69 +261,48 @@ class Config:
     num_threads: int = 1
 
     def __post_init__(self):
-        _check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")
-        _check(self.num_threads >= 1, "num_threads", self.num_threads, "must be >= 1")
-        _check(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")
+        check(self.num_threads >= 1, "num_threads", self.num_threads, "must be >= 1")
+        check(self.seed >= 0, "seed", self.seed, "must be >= 0")
         fpb, n = self.collector.frames_per_batch, self.env.num_envs
-        _check(
+        check(
             fpb % n == 0,
             "collector.frames_per_batch",
             fpb,
             f"must be a multiple of env.num_envs={n}",
         )
-        if isinstance(self.loss, DQNConfig):
-            self._check_replay()
-        else:
-            _check(
-                not self.policy.dueling,
-                "policy.dueling",
-                True,
-                f"a dueling head is a Q-network's (loss=dqn), not loss={self.loss.name}'s; "
-                "set policy.dueling=false",
-            )
-
-    def _check_replay(self) -> None:
-        for key in ("normalize_obs", "normalize_reward"):  # running statistics drift
-            _check(
-                not getattr(self.env, key),
-                f"env.{key}",
-                True,
-                "replay (loss=dqn) would keep data scaled by old running statistics; "
-                f"set env.{key}=false",
-            )
-        b, fpb = self.buffer, self.collector.frames_per_batch
-        window = b.seq_len if self.policy.kind != "mlp" else self.loss.n_steps
-        need = max(b.batch_size * window, fpb, window * self.env.num_envs)
-        _check(
-            b.size >= need,
-            "buffer.size",
-            b.size,
-            f"must hold at least one batch ({need} transitions: buffer.batch_size x the "
-            f"{window}-step window, and collector.frames_per_batch={fpb}); raise buffer.size",
+        algo = algos.get(self.loss.name)
+        q_heads = [f"loss={a.name}" for a in algos.specs() if "q" in a.heads]
+        check(
+            not self.policy.dueling or "q" in algo.heads,
+            "policy.dueling",
+            True,
+            f"a dueling head is a Q-network's ({', '.join(q_heads)}), not loss={algo.name}'s; "
+            "set policy.dueling=false",
         )
+        if algo.check is not None:
+            algo.check(self)
 
 
-SCHEMAS = {
+SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
     "env": EnvConfig,
     "policy": PolicyConfig,
-    "loss": PPOConfig,
     "collector": CollectorConfig,
     "buffer": BufferConfig,
     "optim": OptimConfig,
     "logger": LoggerConfig,
 }
-LOSS_SCHEMAS = {"ppo": PPOConfig, "dqn": DQNConfig}
 
 
 def register_configs() -> None:
-    """Store the schemas: ``base_<group>`` for each group (``base_<loss>`` for losses)."""
+    """Store the schemas: ``base_<group>`` for each group, ``base_<name>`` for each algorithm's
+    loss config."""
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, schema in SCHEMAS.items():
-        if group != "loss":
-            cs.store(group=group, name=f"base_{group}", node=schema)
-    for name, schema in LOSS_SCHEMAS.items():
-        cs.store(group="loss", name=f"base_{name}", node=schema)
+        cs.store(group=group, name=f"base_{group}", node=schema)
+    for algo in algos.specs():
+        cs.store(group="loss", name=f"base_{algo.name}", node=algo.config)
 
 
 def to_config(cfg: DictConfig) -> Config:

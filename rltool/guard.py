@@ -1,4 +1,4 @@
-"""Optimizer steps that never apply a non-finite loss or gradient."""
+"""Optimizer steps that never apply a non-finite loss or gradient: the guard's decision."""
 
 from __future__ import annotations
 
@@ -10,28 +10,23 @@ from rltool.errors import EXIT_DIVERGED, RunStopped
 
 
 class NonFiniteGuard:
-    """``step`` = zero_grad, backward, clip, step — skipped (and counted) when the loss or the
-    gradient norm is inf/nan; ``max_in_a_row`` skips in a row stop the run (exit code 3)."""
+    """Decides whether an optimizer step may be taken: not when the loss or the gradient norm is
+    inf/nan (the step is skipped and counted); ``max_in_a_row`` skips in a row stop the run (exit
+    code 3). The step itself is ``rltool.train.gradient_step``."""
 
     def __init__(self, max_in_a_row: int = 10):
         self.max_in_a_row, self.in_a_row, self.skipped = max_in_a_row, 0, 0
 
-    def step(self, optimizer, loss: torch.Tensor, params, max_grad_norm: float | None) -> bool:
-        params = list(params)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if max_grad_norm is not None:
-            norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        if bool(torch.isfinite(loss).all()) and bool(torch.isfinite(norm)):
-            optimizer.step()
+    def allows(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> bool:
+        """True for a finite loss and gradient norm; otherwise counts a skipped step (and raises
+        RunStopped after ``max_in_a_row`` in a row)."""
+        finite_loss = bool(torch.isfinite(loss).all())
+        if finite_loss and bool(torch.isfinite(grad_norm)):
             self.in_a_row = 0
             return True
-        optimizer.zero_grad(set_to_none=True)
         self.skipped += 1
         self.in_a_row += 1
-        what = "loss" if not bool(torch.isfinite(loss).all()) else "gradient"
+        what = "loss" if not finite_loss else "gradient"
         if self.in_a_row == 1:
             print(f"rltool: skipped an optimizer step with a non-finite {what}", file=sys.stderr)
         if self.in_a_row >= self.max_in_a_row:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
+from rltool import algos
 from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
@@ -28,7 +29,7 @@ from rltool.envs import make_env
 from rltool.envs.normalize import ObsNormalizer
 from rltool.envs.vector import VectorEnv
 from rltool.errors import UserError
-from rltool.modules import HEADS, make_policy
+from rltool.modules import make_policy
 
 
 def _typed(schema, node: dict):
@@ -100,7 +101,7 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     probe = make_env(env_cfg, num_envs=1, obs_norm=obs_norm, training=False, backend="sync")
     specs = probe.specs
     probe.close()
-    policy = make_policy(policy_cfg, specs, heads=HEADS[config["loss"]["name"]])
+    policy = make_policy(policy_cfg, specs, heads=algos.get(config["loss"]["name"]).heads)
     try:
         policy.load_state_dict(state["policy"])
     except RuntimeError as e:

@@ -4,7 +4,8 @@ checkpoints (periodic, final, on SIGTERM / SIGINT), exact resume.
 What a checkpoint holds (see :func:`state_parts`): the model, the optimizer, the non-finite guard,
 the normalisation statistics, the episodes in progress (env state + the collector's carried root),
 plus the counters, the schedule anchor, the RNG states of python / numpy / torch, and the resolved
-config. DQN parts (target network, exploration schedule, replay buffer) plug in there.
+config. The algorithm adds its own parts (``Algorithm.state_parts``: a target network, a replay
+buffer's folder).
 
 Schedule rule: ``progress = p0 + (1 - p0) * (frames - f0) / (total_frames - f0)``, anchored at
 (f0, p0) = (0, 0). A resume that changes ``total_frames`` re-anchors at the checkpoint: (frames,
@@ -28,7 +29,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from omegaconf import OmegaConf
-from tensordict import TensorDict
 
 from rltool import checkpoint as ckpt
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
@@ -99,30 +99,11 @@ def state_parts(run) -> tuple[dict, dict]:
     if run.env.reward_scaler is not None:
         parts["reward_scaler"] = run.env.reward_scaler
     parts["episodes"] = Episodes(run.env, run.collector, run.cfg.env.id)  # after the normalisers
-    folders = {}
-    if run.buffer is not None:  # DQN: target network, update count, epsilon, replay
-        parts["dqn"] = DQNState(run.loss, run.policy)
-        folders["buffer"] = run.buffer
-    return parts, folders
-
-
-class DQNState:
-    """The DQN loss's target parameters and update count, and the policy's epsilon."""
-
-    def __init__(self, loss, policy):
-        self.loss, self.policy = loss, policy
-
-    def state_dict(self) -> dict:
-        return {
-            "target": self.loss.target_params.to_dict(),
-            "updates": self.loss.updates,
-            "epsilon": float(self.policy.epsilon),
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        target = TensorDict(state["target"], [])
-        self.loss.target_params.update_(target)
-        self.loss.updates, self.policy.epsilon = int(state["updates"]), float(state["epsilon"])
+    own, folders = run.algo.state_parts()
+    clash = sorted(set(own) & set(parts))
+    if clash:
+        raise ValueError(f"{type(run.algo).__name__}.state_parts reuses the names {clash}")
+    return parts | own, folders
 
 
 def _flat(d: dict, prefix: str = "") -> dict:

@@ -1,9 +1,9 @@
 """``rltool train``: the whole run on one page.
 
-build -> loop (collect -> targets -> update -> log -> evaluate) -> final eval -> close.
-The loss decides what an update computes (``UPDATES``): PPO runs GAE and epochs of minibatches
-on the rollout; DQN stores it in the replay buffer and, after warm-up, samples ``utd_ratio``
-batches from it. Everything else is one loop.
+build -> resume -> loop (collect -> update: targets and gradient steps -> log -> evaluate ->
+checkpoint) -> close. What an update computes (returns, minibatches, replay) is the algorithm's,
+chosen by ``loss=<name>`` from the registry (``rltool/algos/<name>/algorithm.py``); every gradient
+step it takes is :func:`gradient_step`, below.
 """
 
 from __future__ import annotations
@@ -12,23 +12,24 @@ import json
 import random
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from rltool import algos
 from rltool import keys as K
+from rltool.algos.base import Algorithm
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
 from rltool.config import Config
-from rltool.data import ReplayBuffer, make_replay, minibatches, resolve_sampler
-from rltool.envs import make_env
+from rltool.envs import VectorEnv, make_env
 from rltool.evaluate import evaluate
 from rltool.guard import NonFiniteGuard
 from rltool.logging import make_loggers
-from rltool.losses import DQNLoss, PPOLoss, add_gae, linear_schedule
-from rltool.modules import HEADS, make_policy
+from rltool.modules import ActorCritic, make_policy
 from rltool.session import Session
 
 
@@ -43,15 +44,16 @@ class Run:
     """Everything a training run holds."""
 
     cfg: Config
-    env: object
-    eval_env: object
-    policy: torch.nn.Module
-    loss: PPOLoss | DQNLoss
+    env: VectorEnv
+    eval_env: VectorEnv
+    policy: ActorCritic
+    algo: Algorithm  # the loss, and what it needs besides the policy (a sampler, a replay)
     collector: Collector
     optimizer: torch.optim.Optimizer
-    sampler: str | None  # PPO's minibatch sampler
     guard: NonFiniteGuard
-    buffer: ReplayBuffer | None = None  # DQN's replay
+    # called with the parameters after backward, before clipping (where gradients are averaged
+    # across processes)
+    grad_hook: Callable[[list[torch.nn.Parameter]], None] | None = None
 
 
 def build(cfg: Config, run_dir: Path | None = None) -> Run:
@@ -68,120 +70,71 @@ def build(cfg: Config, run_dir: Path | None = None) -> Run:
         training=False,
         backend=eval_backend,
     )
-    policy = make_policy(cfg.policy, env.specs, heads=HEADS[cfg.loss.name])
-    if resolved.policy is not None:  # before the loss copies it (DQN's target network)
+    spec = algos.get(cfg.loss.name)
+    policy = make_policy(cfg.policy, env.specs, heads=spec.heads)
+    if resolved.policy is not None:  # before the algorithm copies it (a target network)
         policy.to(resolved.policy)
-    sampler, buffer = None, None
-    if cfg.loss.name == "ppo":
-        sampler = resolve_sampler(cfg.loss.sampler, recurrent=bool(policy.state_specs))
-        loss = PPOLoss(
-            policy,
-            cfg.loss.clip_epsilon,
-            cfg.loss.clip_value,
-            cfg.loss.normalize_advantage,
-            cfg.loss.entropy_coef,
-            cfg.loss.value_coef,
-            cfg.loss.reduction,
-        )
-    else:
-        buffer = make_replay(cfg.buffer, cfg.loss.n_steps, env.num_envs, policy, cfg.seed, run_dir)
-        loss = DQNLoss(
-            policy,
-            cfg.loss.gamma,
-            cfg.loss.n_steps,
-            cfg.loss.double_dqn,
-            cfg.loss.loss_function,
-            cfg.loss.reduction,
-            cfg.loss.target_update,
-            cfg.loss.target_update_every,
-            cfg.loss.tau,
-            burn_in=buffer.burn_in,
-        )
-        policy.epsilon = cfg.loss.eps_start
+    algo = spec.load()(cfg, env, policy, run_dir)
     collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=cfg.seed, **devices)
     # foreach: one kernel per op over all parameters, not a Python loop (CPU defaults to the loop)
     optimizer = torch.optim.Adam(
         policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps, foreach=True
     )
     guard = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-    return Run(cfg, env, eval_env, policy, loss, collector, optimizer, sampler, guard, buffer)
+    return Run(cfg, env, eval_env, policy, algo, collector, optimizer, guard)
 
 
-def optimize(run: Run, terms, sums: dict[str, torch.Tensor]) -> None:
-    """One gradient step on the sum of the ``loss_*`` terms (skipped by the guard when it is not
-    finite); adds each scalar term to ``sums``."""
-    total = sum(v for k, v in terms.items() if k.startswith("loss_"))
-    run.guard.step(run.optimizer, total, run.policy.parameters(), run.cfg.optim.max_grad_norm)
-    accumulate(terms, sums)
+def gradient_step(run: Run, terms) -> None:
+    """One optimizer step on the sum of the ``loss_*`` terms: backward, the gradient hook,
+    clipping, step. A step whose loss or gradient norm is not finite is skipped (the guard counts
+    it and stops a run that keeps diverging)."""
+    loss = sum(v for k, v in terms.items() if k.startswith("loss_"))
+    params = list(run.policy.parameters())
+    run.optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if run.grad_hook is not None:
+        run.grad_hook(params)
+    max_norm = run.cfg.optim.max_grad_norm
+    if max_norm is not None:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    else:
+        norm = torch.nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
+    if run.guard.allows(loss, norm):
+        run.optimizer.step()
+    else:
+        run.optimizer.zero_grad(set_to_none=True)
 
 
-def accumulate(terms, sums: dict[str, torch.Tensor]) -> None:
-    """Adds each scalar (0-dim) term of ``terms`` to ``sums``, detached."""
-    for k, v in terms.items():
-        if v.dim() == 0:
-            sums[k] = sums.get(k, 0.0) + v.detach()
-
-
-def means(run: Run, sums: dict[str, torch.Tensor], n: int) -> dict[str, float]:
-    """The mean of each summed term (one sync, not one per term) and the skipped-step count."""
-    values = torch.stack(list(sums.values())).div(max(n, 1)).tolist() if sums else []
-    return dict(zip(sums, values, strict=True)) | {"nonfinite_steps": run.guard.take_skipped()}
-
-
-def set_lr(run: Run, progress: float) -> dict[str, float]:
+def set_lr(run: Run, progress: float) -> float:
     """Linear annealing, anchored to total_frames."""
     lr = run.cfg.optim.lr * (1 - progress if run.cfg.optim.anneal_lr else 1)
     for group in run.optimizer.param_groups:
         group["lr"] = lr
-    return {"lr": lr}
-
-
-def ppo_update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
-    """PPO: GAE, then epochs of minibatches; returns the mean of each logged term."""
-    cfg = run.cfg
-    lr = set_lr(run, progress)
-    run.loss.clip_epsilon = cfg.loss.clip_epsilon * (1 - progress if cfg.loss.anneal_clip else 1)
-    add_gae(batch, cfg.loss.gamma, cfg.loss.gae_lambda)
-    sums: dict[str, torch.Tensor] = {}
-    steps, kl_limit = 0, cfg.loss.target_kl and 1.5 * cfg.loss.target_kl
-    for epoch in range(cfg.loss.epochs):
-        for mb in minibatches(batch, cfg.loss.num_minibatches, run.sampler):
-            terms = run.loss(mb)
-            if kl_limit and terms["approx_kl"].item() > kl_limit:  # too far from the rollout's
-                accumulate(terms, sums)  # logged, not stepped
-                return means(run, sums, steps + 1) | lr | {"epochs": epoch}
-            optimize(run, terms, sums)
-            steps += 1
-    return means(run, sums, steps) | lr | {"epochs": cfg.loss.epochs}
-
-
-def dqn_update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
-    """DQN: store the rollout; after warm-up, ``utd_ratio`` steps on sampled batches, each
-    followed by its priorities and the target update; then epsilon for the next rollout."""
-    cfg = run.cfg
-    lr = set_lr(run, progress)
-    run.buffer.extend(batch)
-    sums: dict[str, torch.Tensor] = {}
-    n = cfg.loss.utd_ratio if frames >= cfg.loss.warmup_frames and run.buffer.can_sample() else 0
-    for _ in range(n):
-        sample = run.buffer.sample()
-        terms = run.loss(sample)
-        optimize(run, terms, sums)
-        run.buffer.update_priorities(sample, terms["td_error"])
-        run.loss.update_target()
-    run.policy.epsilon = linear_schedule(
-        cfg.loss.eps_start, cfg.loss.eps_end, cfg.loss.eps_frames, frames
-    )
-    return means(run, sums, n) | lr | {"epsilon": run.policy.epsilon}
-
-
-UPDATES = {"ppo": ppo_update, "dqn": dqn_update}
+    return lr
 
 
 def update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
-    """What the loss computes from a fresh rollout ([T, B]) at ``progress`` of the schedule and
-    ``frames`` collected so far; the mean of each logged term."""
-    return UPDATES[run.cfg.loss.name](run, batch, progress, frames)
+    """What the algorithm learns from a fresh rollout ([T, B]) at ``progress`` of the schedule
+    and ``frames`` collected so far: the mean of each logged scalar term, then the skipped steps,
+    the lr and the algorithm's own logs."""
+    lr = set_lr(run, progress)
+    sums: dict[str, torch.Tensor] = {}
+    count = 0
+
+    def step(terms, apply: bool = True) -> None:
+        nonlocal count
+        if apply:
+            gradient_step(run, terms)
+        for k, v in terms.items():
+            if v.dim() == 0:
+                sums[k] = sums.get(k, 0.0) + v.detach()
+        count += 1
+
+    logs = run.algo.update(batch, progress, frames, step)
+    # one sync for all the means, not one per term
+    means = torch.stack(list(sums.values())).div(max(count, 1)).tolist() if sums else []
+    skipped = run.guard.take_skipped()
+    return dict(zip(sums, means, strict=True)) | {"nonfinite_steps": skipped, "lr": lr} | logs
 
 
 def episode_stats(batch) -> dict[str, float]:
@@ -237,8 +190,7 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
         loggers.close()
         run.collector.close()
         run.eval_env.close()
-        if run.buffer is not None:  # a memmap made for this run only is scratch space
-            run.buffer.close(delete=cfg.buffer.path is None)
+        run.algo.close()
     summary = {
         "frames": c.frames,
         "wall_time_s": session.elapsed(),

@@ -6,11 +6,13 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from rltool import checkpoint as ckpt
+from rltool.algos.ppo.config import PPOConfig
 from rltool.config import (
     CheckpointConfig,
     CollectorConfig,
@@ -20,13 +22,12 @@ from rltool.config import (
     LoggerConfig,
     OptimConfig,
     PolicyConfig,
-    PPOConfig,
 )
 from rltool.envs.vector import VectorEnv
 from rltool.errors import EXIT_DIVERGED, RunStopped
 from rltool.guard import NonFiniteGuard
 from rltool.session import Counters, Session, progress
-from rltool.train import build, train
+from rltool.train import build, gradient_step, train
 
 
 def pendulum(**kw) -> Config:
@@ -93,27 +94,56 @@ def test_an_env_without_state_resumes_with_fresh_episodes_and_a_warning(tmp_path
     run.eval_env.close()
 
 
-def test_guard_skips_non_finite_steps_and_stops_after_k_in_a_row():
+def _tiny_run(max_grad_norm, hook=None):
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    guard = NonFiniteGuard(max_in_a_row=3)
+    cfg = SimpleNamespace(optim=SimpleNamespace(max_grad_norm=max_grad_norm))
+    return SimpleNamespace(
+        cfg=cfg, policy=model, optimizer=opt, guard=NonFiniteGuard(max_in_a_row=3), grad_hook=hook
+    )
+
+
+def test_gradient_step_skips_non_finite_steps_and_stops_after_k_in_a_row():
+    run = _tiny_run(0.5)
+    model, guard = run.policy, run.guard
     before = [p.detach().clone() for p in model.parameters()]
     x = torch.ones(1, 2)
 
-    def loss(scale):
-        return model(x).sum() * scale
+    def terms(scale):
+        return {"loss_a": model(x).sum() * scale, "loss_b": model(x).sum(), "kl": torch.tensor(9.0)}
 
-    assert not guard.step(opt, loss(math.nan), model.parameters(), 0.5)
-    assert not guard.step(opt, loss(math.inf), model.parameters(), None)
+    gradient_step(run, terms(math.nan))
+    run.cfg.optim.max_grad_norm = None  # the norm is still checked without clipping
+    gradient_step(run, terms(math.inf))
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
-    assert guard.step(opt, loss(1.0), model.parameters(), 0.5)  # a finite step resets the streak
+    assert all(p.grad is None for p in model.parameters())  # a skipped step leaves no gradient
+    gradient_step(run, terms(1.0))  # a finite step resets the streak
     assert guard.take_skipped() == 2 and guard.take_skipped() == 0
-    assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    # the loss is loss_a + loss_b = 2 * (w.x + b), not the diagnostic: SGD moved w by -0.1 * 2
+    assert torch.allclose(model.weight, before[0] - 0.2) and torch.allclose(
+        model.bias, before[1] - 0.2
+    )
     for _ in range(2):
-        guard.step(opt, loss(math.nan), model.parameters(), 0.5)
+        gradient_step(run, terms(math.nan))
     with pytest.raises(RunStopped, match="3 optimizer steps in a row") as e:
-        guard.step(opt, loss(math.nan), model.parameters(), 0.5)
+        gradient_step(run, terms(math.nan))
     assert e.value.exit_code == EXIT_DIVERGED
+
+
+def test_gradient_step_calls_the_hook_between_backward_and_clipping():
+    seen = []
+
+    def hook(params):  # e.g. an all-reduce: sees the raw gradients, may replace them
+        seen.append([p.grad.clone() for p in params])
+        for p in params:
+            p.grad.mul_(100.0)
+
+    run = _tiny_run(1.0, hook)
+    w0 = run.policy.weight.detach().clone()
+    gradient_step(run, {"loss_total": run.policy(torch.ones(1, 2)).sum()})
+    assert [g.tolist() for g in seen[0]] == [[[1.0, 1.0]], [1.0]]  # before clipping (norm sqrt 3)
+    # after the hook the norm is 100 sqrt(3): clipped to 1, each entry 1/sqrt(3), times lr 0.1
+    assert torch.allclose(run.policy.weight, w0 - 0.1 / math.sqrt(3))
 
 
 def test_a_non_finite_model_never_replaces_the_last_good_checkpoint(tmp_path):

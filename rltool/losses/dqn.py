@@ -57,6 +57,7 @@ class DQNLoss(nn.Module):
     def __init__(
         self,
         policy: nn.Module,
+        *,
         gamma: float = 0.99,
         n_steps: int = 1,
         double_dqn: bool = False,

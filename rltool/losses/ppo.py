@@ -24,6 +24,7 @@ class PPOLoss(nn.Module):
     def __init__(
         self,
         policy: nn.Module,
+        *,
         clip_epsilon: float = 0.2,
         clip_value: float | None = None,
         normalize_advantage: bool = True,
