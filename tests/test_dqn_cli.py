@@ -2,32 +2,19 @@
 recurrent run goes end to end through the same loop as PPO."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import run_cli
 from tensordict import TensorDict
 
 import rltool as rltool_lib
 from rltool.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def rltool(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "rltool", "train", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_cli("train", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize(
