@@ -1,4 +1,4 @@
-"""Every TensorDict key of the data contract, named once (see DESIGN.md).
+"""Every TensorDict key of the data contract, named once (see docs/design.md).
 
 Rollouts have batch dims [T, B] (time, env). Per element:
 observation [*obs]; is_init [1] bool; action [*act]; sample_log_prob []; logits [n] or

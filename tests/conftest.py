@@ -1,3 +1,4 @@
+import csv
 import os
 import subprocess
 import sys
@@ -21,18 +22,61 @@ def make_cfg(*overrides: str):
         return to_config(compose("config", overrides=list(overrides)))
 
 
-def run_cli(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """``python -m rltool <args>`` in a subprocess, with this checkout and tests/ importable."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    env.pop("HYDRA_FULL_ERROR", None)
+# what a subprocess needs to import this checkout (not an installed rltool) and tests/ (fake envs)
+CLI_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+
+
+def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a ``python -m rltool`` subprocess: this one, this checkout on the path,
+    no ``HYDRA_FULL_ERROR`` (an in-process ``main()`` sets it; inherited, it means --debug), plus
+    ``env``."""
+    out = {**os.environ, "PYTHONPATH": CLI_PYTHONPATH}
+    out.pop("HYDRA_FULL_ERROR", None)
+    return out | (env or {})
+
+
+def run_cli(
+    *args: str, cwd: Path, timeout: float | None = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """``python -m rltool <args>`` in a subprocess (see :func:`cli_env`), output captured as text;
+    ``timeout=None`` waits as long as it takes."""
     return subprocess.run(
         [sys.executable, "-m", "rltool", *args],
         cwd=cwd,
-        env=env,
+        env=cli_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,
     )
+
+
+def start_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    """``python -m rltool <args>`` started, not awaited (to signal it): a Popen with stdout and
+    stderr piped as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "rltool", *args],
+        cwd=cwd,
+        env=cli_env(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def is_time_column(name: str) -> bool:
+    """time/collect_s, time/update_s, time/eval_s, time_s, fps: wall-clock figures that differ
+    between runs that are otherwise identical."""
+    return name in ("time_s", "fps") or name.startswith("time/")
+
+
+def metric_rows(run_dir: Path, *, with_time: bool = False) -> list[dict[str, str]]:
+    """The rows of ``run_dir``/metrics.csv as written (strings), without the time columns unless
+    ``with_time``: what two runs of the same seeded work must agree on."""
+    with (Path(run_dir) / "metrics.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    if with_time:
+        return rows
+    return [{k: v for k, v in r.items() if not is_time_column(k)} for r in rows]
 
 
 @pytest.fixture(autouse=True)

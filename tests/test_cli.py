@@ -1,10 +1,9 @@
 """The CLI end to end in a subprocess: a tiny training run, help, config printing, bad input."""
 
-import csv
 import json
 
 import pytest
-from conftest import run_cli
+from conftest import metric_rows, run_cli
 
 
 def test_train_tiny_budget_writes_run_dir(tmp_path):
@@ -16,7 +15,7 @@ def test_train_tiny_budget_writes_run_dir(tmp_path):
     assert len(runs) == 1
     run = runs[0]
     assert (run / "config.yaml").exists() and (run / ".hydra" / "config.yaml").exists()
-    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    rows = metric_rows(run, with_time=True)
     assert [int(r["frames"]) for r in rows] == [256, 512]
     for col in ("time/collect_s", "time/update_s", "time/eval_s", "loss_actor", "approx_kl"):
         assert rows[-1][col] != ""

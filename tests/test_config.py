@@ -1,14 +1,22 @@
 """Every group option and preset composes and validates; bad values fail with ConfigError."""
 
+from functools import reduce
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, make_cfg
+from omegaconf import OmegaConf
 
-from rltool.config import Config
 from rltool.errors import ConfigError
 
 GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir())
+# the option config.yaml's defaults list chooses in each group ({"env": "cartpole", ...})
+DEFAULTS = {
+    k: v
+    for entry in OmegaConf.to_container(OmegaConf.load(ROOT / "conf" / "config.yaml"))["defaults"]
+    if isinstance(entry, dict)
+    for k, v in entry.items()
+}
 
 
 def options(group: str) -> list[str]:
@@ -22,10 +30,37 @@ def extra_for(group: str, option: str) -> list[str]:
     return ["env.id=CartPole-v1"] if (group, option) == ("env", "gym") else []
 
 
+def option_values(group: str, option: str) -> dict[tuple[str, ...], object]:
+    """Every value the option's YAML file sets, by its full key in the config."""
+    path = ROOT / "conf" / group / f"{option}.yaml"
+    body = OmegaConf.to_container(OmegaConf.load(path)) or {}
+    body.pop("defaults", None)
+    if body and "@package _global_" not in path.read_text():
+        body = {group: body}
+
+    def leaves(d, prefix=()):
+        for k, v in d.items():
+            yield from leaves(v, (*prefix, k)) if isinstance(v, dict) and v else [((*prefix, k), v)]
+
+    return dict(leaves(body))
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
-def test_every_option_composes(group, option):
-    cfg = make_cfg(f"{group}={option}", *extra_for(group, option))
-    assert isinstance(cfg, Config)
+def test_every_option_composes_to_what_its_file_says(group, option):
+    extra = extra_for(group, option)
+    cfg = make_cfg(f"{group}={option}", *extra)
+    composed = OmegaConf.to_container(OmegaConf.structured(cfg))
+    given = {tuple(o.partition("=")[0].split(".")) for o in extra}
+    for key, value in option_values(group, option).items():
+        if key not in given:  # the command line wins over the file
+            got = reduce(lambda d, k: d[k], key, composed)
+            assert got == value, (
+                f"{group}={option}: {'.'.join(key)}={got!r}, its file says {value!r}"
+            )
+    if group == "tuned":  # chosen by itself for its env x policy x loss, and only then
+        assert cfg == make_cfg(*extra) != make_cfg(*extra, "~tuned")
+    elif not extra:  # the default option changes nothing, any other changes something
+        assert (cfg == make_cfg()) == (DEFAULTS.get(group) == option), DEFAULTS
 
 
 def test_presets_change_what_they_say():

@@ -13,11 +13,12 @@ from conftest import run_cli
 
 from rltool import keys as K
 from rltool.collectors import Collector
-from rltool.collectors.devices import check_device, module_device, resolve_devices
+from rltool.collectors.devices import Devices, check_device, module_device, resolve_devices
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
+from rltool.envs.vector import VectorEnv
 from rltool.errors import ConfigError
-from rltool.modules import make_policy
+from rltool.modules import ActorCritic, make_policy
 
 CPU = torch.device("cpu")
 
@@ -40,13 +41,24 @@ def assert_same(a, b):
             assert torch.equal(x[k].cpu(), y[k].cpu()), k
 
 
-def test_nothing_given_leaves_env_and_policy_where_they_are():
-    assert resolve_devices() == resolve_devices(None, None, None, None)
-    d = resolve_devices()
-    assert d.env is None and d.policy is None and d.storing is None
+def test_nothing_given_leaves_env_and_policy_where_they_are(monkeypatch):
+    assert resolve_devices() == Devices(env=None, policy=None, storing=None)
+    moved = []  # every move the collector asks of the env and the policy
+
+    def spy(cls, what):
+        original = cls.to
+        monkeypatch.setattr(
+            cls, "to", lambda self, d: moved.append((what, str(d))) or original(self, d)
+        )
+
+    spy(VectorEnv, "env")
+    spy(ActorCritic, "policy")
     _, c = rollouts()
+    assert moved == []  # not even to the CPU they are on
     assert c.devices == {"env": "cpu", "policy": "cpu", "storing": "cpu"}
-    assert c.rollout.device == CPU and c.env.device == CPU
+    assert c.storing_device == c.env_device and c.rollout.device == CPU
+    rollouts(device="cpu")
+    assert moved == [("env", "cpu"), ("policy", "cpu")]  # the spies see a move when one is asked
 
 
 def test_device_sets_env_and_policy_together():

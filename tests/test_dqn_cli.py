@@ -2,32 +2,22 @@
 recurrent run goes end to end through the same loop as PPO."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
+import math
 
 import numpy as np
 import pytest
 import torch
+from conftest import metric_rows, run_cli
 from tensordict import TensorDict
 
 import rltool as rltool_lib
+from rltool import checkpoint as ckpt
 from rltool.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
+from rltool.losses import linear_schedule
 
 
 def rltool(*args, cwd):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "rltool", "train", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    return run_cli("train", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize(
@@ -71,15 +61,35 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["frames"] == 768 and summary["eval/return_mean"] > 0
-    header = (run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"loss_value", "q_mean", "td_error_abs_mean", "epsilon"} <= set(header)
+    rows = metric_rows(run_dir)
+    # 128-frame batches (loss=dqn); updates from 256 frames on (warm-up), 2 per batch
+    assert [int(x["frames"]) for x in rows] == [128, 256, 384, 512, 640, 768]
+    assert rows[0]["loss_value"] == "" and all(
+        math.isfinite(float(x[k])) for x in rows[1:] for k in ("loss_value", "q_mean")
+    )
+    # epsilon from 1 to 0.04 over tuned/cartpole_pomdp_gru_dqn's 10k frames, set after each batch
+    assert [float(x["epsilon"]) for x in rows] == pytest.approx(
+        [linear_schedule(1.0, 0.04, 10_000, int(x["frames"])) for x in rows]
+    )
     assert not (run_dir / "replay").exists()  # the run's scratch memmap is removed at the end
 
-    # the checkpoint restores as the Q-network it is, for `rltool eval` and `load_policy`
+    # the final checkpoint holds the DQN parts and the replay buffer beside it
+    path = ckpt.latest(run_dir / "checkpoints")
+    assert path.name == "ckpt-000000000768.pt"
+    dqn = ckpt.load(path)["state"]["dqn"]
+    assert dqn["updates"] == 2 * 5 and dqn["epsilon"] == pytest.approx(float(rows[-1]["epsilon"]))
+    assert (path.parent / "ckpt-000000000768.buffer" / "buffer.json").is_file()
+
+    # the checkpoint restores as the Q-network it is, for `rltool eval` and `load_policy`: the
+    # same seed and episode count replay the final evaluation of the training run exactly
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["frames"] == 768
     assert main(["eval", f"run={run_dir}", "episodes=2"]) == 0
-    assert json.loads((run_dir / "eval.json").read_text())["episodes"] == 2
+    result = json.loads((run_dir / "eval.json").read_text())
+    assert result["episodes"] == 2 and result["frames"] == 768
+    assert result["return_mean"] == summary["eval/return_mean"]
+    assert result["length_mean"] == summary["eval/length_mean"]
+    assert float(rows[-1]["eval/return_mean"]) == summary["eval/return_mean"]
     policy, state = rltool_lib.load_policy(run_dir)
     assert policy.module.is_q and not policy.module.explore
     zero = {k: v.unsqueeze(0) for k, v in state.items()}  # [T=1, B=1, ...]: state, prev action

@@ -3,10 +3,10 @@ the same wandb run id across a resume, and a mode choice that never waits on the
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 import pytest
+from conftest import metric_rows
 from wandb_records import config, history, run_record, step_metrics
 
 from rltool.cli import main
@@ -20,11 +20,6 @@ TINY = [
     "loss.epochs=2",
     "logger.progress=none",
 ]
-
-
-def csv_rows(run: Path) -> list[dict]:
-    with (run / "metrics.csv").open(newline="") as f:
-        return list(csv.DictReader(f))
 
 
 def wandb_file(run: Path, rid: str, n: int) -> Path:
@@ -51,7 +46,7 @@ def test_wandb_offline_records_read_back_and_resume_keeps_the_id(tmp_path):
     assert list(run_record(path).tags) == ["a", "b"]
     assert step_metrics(path)["*"] == "frames"
     rows = history(path)
-    expected = csv_rows(run)
+    expected = metric_rows(run, with_time=True)
     assert [r["frames"] for r in rows] == [int(r["frames"]) for r in expected] == [128, 256, 384]
     assert [r["eval/return_mean"] for r in rows] == [float(r["eval/return_mean"]) for r in expected]
     cfg = config(path)
@@ -74,7 +69,7 @@ def test_tensorboard_events_read_back_with_frames_as_step(tmp_path):
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     events = acc.Scalars("eval/return_mean")
-    rows = csv_rows(run)
+    rows = metric_rows(run, with_time=True)
     assert [e.step for e in events] == [int(r["frames"]) for r in rows]
     assert [e.value for e in events] == pytest.approx([float(r["eval/return_mean"]) for r in rows])
     assert "loss_actor" in acc.Tags()["scalars"]

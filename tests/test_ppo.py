@@ -1,13 +1,17 @@
 """PPO's sub-losses against hand-computed values, each reduction, masks, diagnostics."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import make_cfg
 from tensordict import TensorDict
 
 from rltool import keys as K
+from rltool.guard import NonFiniteGuard
 from rltool.losses import PPOLoss
+from rltool.train import optimize
 
 
 class FixedPolicy(torch.nn.Module):
@@ -102,12 +106,41 @@ def test_advantage_normalisation():
     assert torch.allclose(loss.actor_loss(td), -ratio * norm, atol=1e-6)
 
 
-def test_forward_sums_sub_losses_and_reports_diagnostics():
+class RecordingGuard(NonFiniteGuard):
+    """The real guard, keeping the loss each step was asked to minimise."""
+
+    def __init__(self):
+        super().__init__()
+        self.losses = []
+
+    def step(self, optimizer, loss, params, max_grad_norm):
+        self.losses.append(loss.detach().clone())
+        return super().step(optimizer, loss, params, max_grad_norm)
+
+
+def test_the_loop_steps_on_the_sum_of_the_loss_terms_and_reports_diagnostics():
     td, pol = batch()
     loss = PPOLoss(pol, clip_epsilon=0.15, entropy_coef=0.01, normalize_advantage=False)
     out = loss(td)
-    for k in ("loss_actor", "loss_value", "loss_entropy"):
-        assert torch.allclose(out[k], getattr(loss, k.replace("loss_", "") + "_loss")(td))
+    # by hand, means over the 4 entries. Actor: min(r A, clip(r, 0.85, 1.15) A) with ratios
+    # 1.2, 0.8, 1.0, 0.25 and advantages 1, -1, 2, 0.5. Value: value_coef * 0.5 * (V - target)^2.
+    actor = -(1.15 - 0.85 + 2.0 + 0.125) / 4
+    value = 0.5 * 0.5 * (0.25 + 0.0 + 1.0 + 9.0) / 4
+    entropy = -0.01 * (0.1 + 0.2 + 0.3 + 0.4) / 4
+    for k, want in (("loss_actor", actor), ("loss_value", value), ("loss_entropy", entropy)):
+        assert math.isclose(out[k].item(), want, rel_tol=1e-6), k
+
+    guard, sums = RecordingGuard(), {}
+    optimizer = torch.optim.SGD(pol.parameters(), lr=0.1)
+    run = SimpleNamespace(
+        guard=guard, optimizer=optimizer, policy=pol, cfg=make_cfg("optim.max_grad_norm=null")
+    )
+    optimize(run, out, sums)  # the training loop's gradient step
+    (total,) = guard.losses
+    assert math.isclose(total.item(), actor + value + entropy, rel_tol=1e-6)  # 0.031875
+    assert pol.scale.item() != 1.0  # and it stepped on it
+    assert {k: v.item() for k, v in sums.items()} == {k: v.item() for k, v in out.items()}
+
     log_ratio = pol.logp - td[K.SAMPLE_LOG_PROB]
     assert math.isclose(
         out["approx_kl"].item(), ((log_ratio.exp() - 1) - log_ratio).mean().item(), rel_tol=1e-6

@@ -5,21 +5,17 @@ plain CartPole."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import run_cli
 
 
 def _final_eval(tmp_path: Path, *overrides: str) -> float:
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "rltool", "train", *overrides, "logger.progress=none"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([*cmd, f"hydra.run.dir={run}"], check=True, cwd=tmp_path, env=env)
+    args = ["train", *overrides, "logger.progress=none", f"hydra.run.dir={run}"]
+    r = run_cli(*args, cwd=tmp_path, timeout=None)
+    assert r.returncode == 0, r.stderr
     return json.loads((run / "summary.json").read_text())["eval/return_mean"]
 
 

@@ -4,13 +4,9 @@ user's memory, and bad recurrent configs fail with one line."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from conftest import run_cli
 from recurrent_helpers import masked_cartpole, recurrent_policy
 
 from rltool import keys as K
@@ -18,7 +14,6 @@ from rltool.collectors import Collector
 from rltool.data import minibatches, resolve_sampler
 from rltool.losses import PPOLoss, add_gae
 
-ROOT = Path(__file__).resolve().parents[1]
 CASES = [
     ("lstm", False, {}),
     ("lstm", True, {}),
@@ -104,19 +99,16 @@ BAD = [
 
 @pytest.mark.parametrize(("overrides", "names"), BAD)
 def test_bad_recurrent_config_is_one_line_exit_2(tmp_path, overrides, names):
-    cmd = [
-        sys.executable,
-        "-m",
-        "rltool",
+    p = run_cli(
         "train",
         "env=cartpole_pomdp",
         "policy=lstm",
         "total_frames=256",
         f"hydra.run.dir={tmp_path / 'run'}",
         *overrides,
-    ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    p = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stderr
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1, p.stderr

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from conftest import metric_rows, start_cli
 
 from rltool import checkpoint as ckpt
 from rltool.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
 # PPO-LSTM on the masked CartPole: 8 envs x 32 steps per batch, episodes cross batches
 LSTM = [
     "env=cartpole_pomdp",
@@ -31,26 +28,14 @@ LSTM = [
     "checkpoint.every_frames=512",
     "total_frames=1536",
 ]
-TIME_COLUMNS = ("time/collect_s", "time/update_s", "time/eval_s", "time_s", "fps")
 
 
 def rltool(*args, env=None, wait=True):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "rltool", "train", *args],
-        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cli("train", *args, env=env)
     if not wait:
         return proc
-    out, err = proc.communicate(timeout=240)
+    _, err = proc.communicate(timeout=240)
     return proc.returncode, err
-
-
-def rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "metrics.csv").open(newline="") as f:
-        return [{k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in csv.DictReader(f)]
 
 
 def snapshot(path: Path) -> dict:
@@ -79,7 +64,7 @@ def test_stopped_and_resumed_run_matches_the_straight_run_row_for_row(straight, 
         env={"RLTOOL_CHECKPOINT_KILL": "after_temp_write@2"},
     )
     assert code == -signal.SIGKILL
-    assert [r["frames"] for r in rows(run_dir)] == ["256", "512", "768", "1024"]
+    assert [r["frames"] for r in metric_rows(run_dir)] == ["256", "512", "768", "1024"]
     body = ckpt.load(ckpt.latest(run_dir / "checkpoints"))
     assert body["counters"]["frames"] == 512
     lengths = body["state"]["episodes"]["env"]["episode_length"]
@@ -87,7 +72,8 @@ def test_stopped_and_resumed_run_matches_the_straight_run_row_for_row(straight, 
 
     code, err = rltool(f"resume={run_dir}")
     assert code == 0, err
-    assert rows(run_dir) == rows(straight)  # no row missing, none twice, every value equal
+    # no row missing, none twice, every value equal (time columns aside)
+    assert metric_rows(run_dir) == metric_rows(straight)
 
 
 def test_extending_the_budget_continues_the_schedule_without_a_jump(straight, tmp_path):
@@ -96,9 +82,9 @@ def test_extending_the_budget_continues_the_schedule_without_a_jump(straight, tm
     (run_dir / "checkpoints" / "latest").write_text("ckpt-000000000512.pt\n")
     code, err = rltool(f"resume={run_dir}", "total_frames=2560")
     assert code == 0, err
-    got = rows(run_dir)
+    got = metric_rows(run_dir)
     assert [int(r["frames"]) for r in got] == list(range(256, 2561, 256))
-    assert got[:2] == rows(straight)[:2]
+    assert got[:2] == metric_rows(straight)[:2]
     lr = [float(r["lr"]) for r in got]
     lr0, p0 = 1e-3, 512 / 1536  # the default lr; progress at the resume point
     # from the value at 512 frames, linearly to 0 at the new budget: equal steps, no jump
@@ -130,7 +116,7 @@ def test_sigterm_finishes_the_update_writes_a_checkpoint_and_exits_75(tmp_path):
     assert proc.returncode == 75, err
     assert "stopped by SIGTERM" in err and f"resume={run_dir}" in err
     body = ckpt.load(ckpt.latest(run_dir / "checkpoints"))
-    assert int(rows(run_dir)[-1]["frames"]) == body["counters"]["frames"]
+    assert int(metric_rows(run_dir)[-1]["frames"]) == body["counters"]["frames"]
 
 
 def test_a_second_signal_exits_at_once(tmp_path):
@@ -281,4 +267,4 @@ def test_dqn_gru_stopped_and_resumed_matches_the_straight_run(tmp_path):
     assert body["counters"]["frames"] == 384 and body["state"]["dqn"]["updates"] > 0
     code, err = rltool(f"resume={run_dir}")
     assert code == 0, err
-    assert rows(run_dir) == rows(straight_dir)
+    assert metric_rows(run_dir) == metric_rows(straight_dir)

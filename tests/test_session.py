@@ -3,13 +3,13 @@ non-finite steps and models."""
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import metric_rows
 
 from rltool import checkpoint as ckpt
 from rltool.algos.ppo.config import PPOConfig
@@ -46,14 +46,6 @@ def pendulum(**kw) -> Config:
     )
 
 
-def rows(run_dir):
-    with (run_dir / "metrics.csv").open(newline="") as f:
-        return [
-            {k: v for k, v in r.items() if not k.startswith("time") and k != "fps"}
-            for r in csv.DictReader(f)
-        ]
-
-
 class Crash(Exception):
     pass
 
@@ -76,7 +68,7 @@ def test_exact_resume_with_normalisation_in_process(tmp_path, monkeypatch):
     monkeypatch.setattr(ckpt, "test_hook", None)
     assert ckpt.latest(tmp_path / "b" / "checkpoints").name == "ckpt-000000000128.pt"
     train(pendulum(resume=str(tmp_path / "b")), tmp_path / "b")
-    assert rows(tmp_path / "b") == rows(tmp_path / "a")
+    assert metric_rows(tmp_path / "b") == metric_rows(tmp_path / "a")
 
 
 def test_an_env_without_state_resumes_with_fresh_episodes_and_a_warning(tmp_path, monkeypatch):

@@ -3,13 +3,13 @@ submitit_local launchers, report tables and plots from real (tiny) sweeps."""
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CLI_PYTHONPATH, metric_rows
 from wandb_records import run_record
 
 from rltool.cli import main
@@ -128,7 +128,7 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path, capsys):
     ]
     assert main(args) == 0
     job, ck = sweep / "0", sweep / "0" / "checkpoints"
-    full = csv_rows(job)
+    full = metric_rows(job)
     # as if killed between the checkpoint at 128 frames and the end
     (ck / "ckpt-000000000256.pt").unlink()
     (ck / "latest").write_text("ckpt-000000000128.pt\n")
@@ -137,10 +137,7 @@ def test_interrupted_job_resumes_from_its_checkpoint(tmp_path, capsys):
     assert main(args) == 0
     assert "resuming" in capsys.readouterr().err
     assert json.loads((job / "status.json").read_text())["status"] == "done"
-    again = csv_rows(job)
-    drop = ("time/collect_s", "time/update_s", "time/eval_s", "time_s", "fps")
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]
-    assert strip(again) == strip(full)  # exact resume: the same rows, none duplicated
+    assert metric_rows(job) == full  # exact resume: the same rows, none duplicated
     assert not list(job.glob("metrics.csv.interrupted-*"))
 
 
@@ -158,13 +155,8 @@ def test_interrupted_job_without_checkpoint_restarts_and_keeps_old_metrics(tmp_p
     assert len((job / "metrics.csv").read_text().splitlines()) == len(old.splitlines())
 
 
-def csv_rows(run: Path) -> list[dict]:
-    with (run / "metrics.csv").open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
 def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)  # submitit's workers import this checkout
     sweep = tmp_path / "sweep"
     args = [
         "train",

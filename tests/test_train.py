@@ -1,19 +1,10 @@
 """The training loop: same seed, same numbers; a user env from the working directory."""
 
-import csv
 import textwrap
 
-from conftest import make_cfg, run_cli
+from conftest import make_cfg, metric_rows, run_cli
 
 from rltool.train import train
-
-TIME_COLUMNS = {"time/collect_s", "time/update_s", "time/eval_s", "time_s", "fps"}
-
-
-def rows(path):
-    return [
-        {k: v for k, v in r.items() if k not in TIME_COLUMNS} for r in csv.DictReader(path.open())
-    ]
 
 
 def test_same_seed_same_metrics_and_another_seed_differs(tmp_path):
@@ -30,7 +21,7 @@ def test_same_seed_same_metrics_and_another_seed_differs(tmp_path):
             "loss.epochs=2",
         )
         train(cfg, d)
-        runs[name] = rows(d / "metrics.csv")
+        runs[name] = metric_rows(d)
     assert len(runs["a"]) == 3 and runs["a"] == runs["b"]
     assert runs["a"] != runs["c"]
 
@@ -43,8 +34,7 @@ def test_how_often_a_run_evaluates_leaves_its_training_unchanged(tmp_path):
         overrides = ["env=cartpole_pomdp", "policy=gru", "total_frames=1024", "loss.epochs=2"]
         train(make_cfg(*overrides, f"eval.every_frames={every}", "logger.progress=none"), d)
         trained[every] = [
-            {k: v for k, v in r.items() if not k.startswith("eval/")}
-            for r in rows(d / "metrics.csv")
+            {k: v for k, v in r.items() if not k.startswith("eval/")} for r in metric_rows(d)
         ]
     assert len(trained[256]) == 4 and trained[256] == trained[1024]
 
@@ -105,7 +95,7 @@ def test_target_kl_stops_the_epochs_once_the_policy_has_moved(tmp_path):
             *extra,
         )
         train(cfg, d)
-        runs[name] = rows(d / "metrics.csv")
+        runs[name] = metric_rows(d)
     kl, one = runs["kl"], runs["one"]
     assert [r["epochs"] for r in kl] == ["1", "1"] and [r["epochs"] for r in one] == ["1", "1"]
     assert [r["approx_kl"] for r in kl] != [r["approx_kl"] for r in one]  # it saw a 2nd epoch
