@@ -4,7 +4,6 @@ run's one-page files never name an algorithm."""
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import metric_rows
 
 from rltool import algos
 from rltool import checkpoint as ckpt
@@ -102,14 +102,6 @@ def cfg(env_id="CartPole-v1", **kw) -> Config:
     return Config(**(parts | kw))
 
 
-def rows(run_dir: Path) -> list[dict]:
-    with (run_dir / "metrics.csv").open(newline="") as f:
-        return [
-            {k: v for k, v in r.items() if not k.startswith("time") and k != "fps"}
-            for r in csv.DictReader(f)
-        ]
-
-
 class Crash(Exception):
     pass
 
@@ -120,7 +112,7 @@ def test_a_registered_algorithm_trains_checkpoints_resumes_and_evaluates(
     a, b = tmp_path / "a", tmp_path / "b"
     a.mkdir(), b.mkdir()
     summary = train(cfg(), a)
-    got = rows(a)
+    got = metric_rows(a)
     assert [r["frames"] for r in got] == [str(16 * i) for i in range(1, 7)]
     assert [r["updates"] for r in got] == [str(i) for i in range(1, 7)]
     assert float(got[0]["loss_policy"]) != 0 and "return_to_go" in got[0]
@@ -143,7 +135,7 @@ def test_a_registered_algorithm_trains_checkpoints_resumes_and_evaluates(
     monkeypatch.setattr(ckpt, "test_hook", None)
     assert ckpt.latest(b / "checkpoints").name == "ckpt-000000000032.pt"
     train(cfg(resume=str(b)), b)
-    assert rows(b) == got  # the update count came back from the checkpoint too
+    assert metric_rows(b) == got  # the update count came back from the checkpoint too
 
     from rltool import load_policy
 
