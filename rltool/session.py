@@ -31,8 +31,8 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from rltool import checkpoint as ckpt
+from rltool.config import is_safe
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
-from rltool.resume import is_safe
 
 
 @dataclasses.dataclass

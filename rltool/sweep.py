@@ -22,7 +22,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
-from rltool.resume import has_checkpoint
+from rltool.layout import has_checkpoint
 
 STATUS_FILE = "status.json"
 

@@ -24,7 +24,7 @@ from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_device
 from rltool.config import Config
 from rltool.data import ReplayBuffer, make_replay, minibatches, resolve_sampler
 from rltool.envs import make_env
-from rltool.evaluate import evaluate
+from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
 from rltool.logging import make_loggers
 from rltool.losses import DQNLoss, PPOLoss, add_gae, linear_schedule

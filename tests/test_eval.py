@@ -15,7 +15,7 @@ import rltool
 from rltool.cli import main
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
-from rltool.evaluate import evaluate, run_episodes
+from rltool.evaluation import evaluate, run_episodes
 from rltool.inference import restore
 from rltool.modules import make_policy
 

@@ -1,4 +1,4 @@
-"""``rltool report <dirs...>`` and ``rltool plot <dirs...>``: results of runs and sweeps.
+"""Results of runs and sweeps, read from their folders (for ``rltool report`` and ``rltool plot``).
 
 A run folder holds ``config.yaml``, ``metrics.csv``, ``summary.json`` (written by training),
 ``status.json`` (the job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
@@ -8,7 +8,6 @@ the setting's name when there are several settings.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -173,21 +172,6 @@ def format_table(table: list[dict], fmt: str = "table") -> str:
     )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 through the dispatcher
-        raise UserError(message)
-
-
-def report_main(argv: list[str]) -> int:
-    p = _Parser(prog="rltool report", description="Table of run / sweep folders.")
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("--format", choices=("table", "markdown", "csv"), default="table")
-    a = p.parse_args(argv)
-    print(format_table(rows(group_runs(find_runs(a.dirs))), a.format))
-    return 0
-
-
-# ---- learning curves ----
 def eval_curve(run: RunInfo, metric: str = "eval/return_mean") -> tuple[np.ndarray, np.ndarray]:
     """(frames, metric) at the rows of metrics.csv where ``metric`` was logged."""
     xs, ys = [], []
@@ -212,53 +196,3 @@ def band(curves: list[tuple[np.ndarray, np.ndarray]]):
     x = x[x <= end]
     ys = np.stack([np.interp(x, cx, cy) for cx, cy in curves])
     return x, ys.mean(0), ys.std(0)
-
-
-def plot_main(argv: list[str]) -> int:
-    p = _Parser(prog="rltool plot", description="Eval return vs frames, shaded over seeds -> PNG.")
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("--out", help="PNG file (default: <first folder>/learning_curves.png)")
-    p.add_argument("--metric", default="eval/return_mean")
-    p.add_argument("--title", default=None)
-    a = p.parse_args(argv)
-    settings = group_runs(find_runs(a.dirs))
-    out = Path(a.out) if a.out else Path(a.dirs[0]) / "learning_curves.png"
-    n = plot(settings, out, a.metric, a.title or " ".join(a.dirs))
-    print(f"rltool plot: {n} setting(s) -> {out}")
-    return 0
-
-
-def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("rltool plot needs matplotlib: pip install 'rltool[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
-    drawn = 0
-    for s in settings:
-        x, mean, std = band([eval_curve(r, metric) for r in s.runs])
-        if not len(x):
-            continue
-        seeds = sum(len(eval_curve(r, metric)[0]) > 0 for r in s.runs)
-        marker = "o" if len(x) < 15 else None  # a few evals: show the points
-        (line,) = ax.plot(
-            x, mean, marker=marker, label=f"{s.name} ({seeds} seed{'s' * (seeds != 1)})"
-        )
-        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-        drawn += 1
-    if not drawn:
-        plt.close(fig)
-        raise UserError(f"no {metric} values in the metrics.csv of these runs: nothing to plot")
-    ax.set_xlabel("frames")
-    ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return drawn

@@ -1,75 +1,43 @@
-"""``rltool``: a small dispatcher over subcommands, each a Hydra app.
+"""``rltool``: a small dispatcher over subcommands, one module each in this package.
 
-Hydra has no subcommands: we pop the subcommand and call its ``@hydra.main`` function. The
-dispatcher owns error printing: any failure in composing or validating the config prints one
-line and exits with status 2; ``--debug`` (or ``HYDRA_FULL_ERROR=1``) shows the full traceback.
+Hydra has no subcommands: we pop the subcommand and call it with the rest of the arguments.
+Only ``train`` is a Hydra app (:mod:`rltool.cli.train`, with ``-m`` sweeps and ``--cfg``);
+``eval`` parses its own ``key=value`` arguments (:mod:`rltool.cli.eval`) and ``report`` /
+``plot`` use argparse (:mod:`rltool.cli.report`, :mod:`rltool.cli.plot`). A command's module is
+imported only when it runs. The dispatcher owns error printing: any failure in composing or
+validating the config prints one line and exits with status 2; ``--debug`` (or
+``HYDRA_FULL_ERROR=1``) shows the full traceback.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import argparse
 import os
 import sys
-from pathlib import Path
 
-import hydra
-from omegaconf import DictConfig
-
-from rltool import sweep
-from rltool.config import register_configs, to_config
-from rltool.errors import RunStopped, one_line
-from rltool.resume import cleanup, resume_args
-from rltool.sweep import current_job, run_job
-
-
-def conf_dir() -> str:
-    """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""
-    here = Path(__file__).resolve().parent
-    packaged = here / "conf"
-    return str(packaged if packaged.is_dir() else here.parent / "conf")
-
-
-register_configs()
-
-
-@hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")
-def train_app(dcfg: DictConfig) -> float | None:
-    from rltool.train import train  # torch and friends load only once the config is valid
-
-    job = current_job()
-
-    def fit(resume: bool) -> dict:
-        cfg = to_config(dcfg)
-        if resume:  # an interrupted multirun job continues from its latest checkpoint
-            cfg = dataclasses.replace(cfg, resume=str(job.run_dir))
-        return train(cfg, job.run_dir)
-
-    summary = run_job(job, fit)  # status.json; in a sweep: skip done, resume, record failures
-    return (summary or {}).get("eval/return_mean")
-
-
-def train_cmd() -> int:
-    """``rltool train``; after a sweep, exit status 1 if a job failed."""
-    sweep.LAST_SWEEP = None
-    train_app()
-    result = sweep.LAST_SWEEP
-    return 1 if result is not None and (result.failed or result.other) else 0
+from rltool.errors import RunStopped, UserError, one_line
 
 
 def _lazy(module: str, func: str):
-    def run() -> int:
+    def run(argv: list[str]) -> int:
         import importlib
 
-        return getattr(importlib.import_module(module), func)(sys.argv[1:])
+        return getattr(importlib.import_module(module), func)(argv)
 
     return run
 
 
 COMMANDS = {
-    "train": (train_cmd, "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)"),
-    "eval": (_lazy("rltool.evaluation", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
-    "report": (_lazy("rltool.report", "report_main"), "table of runs/sweeps: <dirs...> [--format]"),
-    "plot": (_lazy("rltool.report", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+    "train": (
+        _lazy("rltool.cli.train", "train_cmd"),
+        "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)",
+    ),
+    "eval": (_lazy("rltool.cli.eval", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
+    "report": (
+        _lazy("rltool.cli.report", "report_main"),
+        "table of runs/sweeps: <dirs...> [--format]",
+    ),
+    "plot": (_lazy("rltool.cli.plot", "plot_main"), "learning curves of runs/sweeps -> PNG"),
 }
 
 USAGE = (
@@ -77,6 +45,14 @@ USAGE = (
     + "".join(f"  {name:<8} {help_}\n" for name, (_, help_) in COMMANDS.items())
     + "\nrltool <command> --help shows a command's config groups and options."
 )
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse for the commands that use it: a usage error is a one-line UserError (exit 2
+    through the dispatcher), not argparse's usage block and its own exit."""
+
+    def error(self, message):
+        raise UserError(message)
 
 
 class _QuietStderr:
@@ -114,13 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     if debug:
         os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
-    tmp = None
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
-        if name == "train":  # resume=<run_dir>: compose from the run's saved config
-            rest, tmp = resume_args(rest)
         sys.argv = [f"rltool-{name}", *rest]
-        rc = COMMANDS[name][0]()
+        rc = COMMANDS[name][0](rest)
     except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
         print(f"rltool {name}: {e}", file=stderr)
         return e.exit_code
@@ -134,7 +107,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         sys.stderr = stderr
-        cleanup(tmp)
         for k, v in env_before.items():  # main() may run again in this process (tests, API)
             if v is None:
                 os.environ.pop(k, None)
