@@ -1,7 +1,8 @@
 """Results of runs and sweeps, read from their folders (for ``rltool report`` and ``rltool plot``).
 
-A run folder holds ``config.yaml``, ``metrics.csv``, ``summary.json`` (written by training),
-``status.json`` (the job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
+A run folder (:mod:`rltool.layout`) holds ``config.yaml``, the metrics file (``metrics.csv``, or
+the run's ``logger.csv.filename``), ``summary.json`` (written by training), ``status.json`` (the
+job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
 into settings by their overrides minus the seed; overrides shared by every run are left out of
 the setting's name when there are several settings.
 """
@@ -19,10 +20,22 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from rltool import layout
 from rltool.errors import UserError
-from rltool.sweep import STATUS_FILE, read_status
+from rltool.layout import RunFolder
+from rltool.sweep import read_status
 
-_SKIP_PARTS = {".submitit", ".hydra", "wandb", "tensorboard", "checkpoints", "videos"}
+_SKIP_PARTS = {
+    ".submitit",
+    layout.HYDRA,
+    layout.WANDB,
+    layout.TENSORBOARD,
+    layout.CHECKPOINTS,
+    layout.VIDEOS,
+}
+# files that mark a run folder below a sweep folder (config.yaml: a run whose metrics file has
+# another name; it counts when that file is there)
+_MARKERS = (layout.METRICS, layout.STATUS, layout.CONFIG)
 
 
 @dataclass
@@ -45,7 +58,12 @@ class Setting:
 
 
 def _is_run(d: Path) -> bool:
-    return any((d / f).is_file() for f in ("metrics.csv", STATUS_FILE, "summary.json"))
+    run = RunFolder(d)
+    return any(p.is_file() for p in (run.status, run.summary, run.metrics))
+
+
+def _skipped(c: Path, top: Path) -> bool:
+    return bool(_SKIP_PARTS & set(c.relative_to(top).parts))
 
 
 def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
@@ -56,15 +74,13 @@ def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
             raise UserError(
                 f"{d}: no such folder; give run or sweep folders (outputs/..., multirun/...)"
             )
-        cands = (
-            [d]
-            if _is_run(d)
-            else sorted(
-                {p.parent for n in ("metrics.csv", STATUS_FILE) for p in d.rglob(n)}, key=_natural
-            )
-        )
+        if _is_run(d):
+            cands = [d]
+        else:
+            found = {p.parent for n in _MARKERS for p in d.rglob(n)}
+            cands = sorted((c for c in found if not _skipped(c, d) and _is_run(c)), key=_natural)
         for c in cands:
-            if c.resolve() not in seen and not _SKIP_PARTS & set(c.relative_to(d).parts):
+            if c.resolve() not in seen and not _skipped(c, d):
                 seen.add(c.resolve())
                 runs.append(_read_run(c))
     if not runs:
@@ -82,11 +98,11 @@ def _natural(p: Path):
 def _read_run(d: Path) -> RunInfo:
     st = read_status(d) or {}
     overrides = st.get("overrides")
-    ov_file = d / ".hydra" / "overrides.yaml"
-    if ov_file.is_file():
-        overrides = [str(o) for o in OmegaConf.load(ov_file)]
+    run = RunFolder(d)
+    if run.overrides.is_file():
+        overrides = [str(o) for o in OmegaConf.load(run.overrides)]
     try:
-        summary = json.loads((d / "summary.json").read_text())
+        summary = json.loads(run.summary.read_text())
     except (OSError, ValueError):
         summary = {}
     status = st.get("status") or ("done" if summary else "unknown")
@@ -173,9 +189,9 @@ def format_table(table: list[dict], fmt: str = "table") -> str:
 
 
 def eval_curve(run: RunInfo, metric: str = "eval/return_mean") -> tuple[np.ndarray, np.ndarray]:
-    """(frames, metric) at the rows of metrics.csv where ``metric`` was logged."""
+    """(frames, metric) at the rows of the run's metrics file where ``metric`` was logged."""
     xs, ys = [], []
-    path = run.path / "metrics.csv"
+    path = RunFolder(run.path).metrics
     if path.is_file():
         with path.open(newline="") as f:
             for row in csv.DictReader(f):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from rltool.errors import UserError
+from rltool.layout import RunFolder
 
 
 @dataclass
@@ -109,7 +110,7 @@ def evaluate_run(args: EvalArgs) -> dict:
     cfg = restored.config
     seed = args.seed if args.seed is not None else cfg["seed"] + cfg["eval"]["seed_offset"]
     n = args.num_envs or min(args.episodes, 8)
-    video_dir = run_dir / "videos"
+    video_dir = RunFolder(run_dir).videos
     if args.video:
         env = _video_env(restored, n, video_dir, args.video_episodes)
     else:
@@ -143,7 +144,7 @@ def main(argv: list[str]) -> int:
         return 0
     args = parse_args(argv)
     result = evaluate_run(args)
-    out = Path(args.out) if args.out else Path(args.run) / "eval.json"
+    out = Path(args.out) if args.out else RunFolder(args.run).eval
     out.write_text(json.dumps(result, indent=2))
     if result["episodes"] < args.episodes:
         print(
@@ -158,6 +159,6 @@ def main(argv: list[str]) -> int:
         f"(min {f(result['return_min'])}, max {f(result['return_max'])})\n"
         f"  length {f(result['length_mean'])} +- {f(result['length_std'])} "
         f"(min {f(result['length_min'])}, max {f(result['length_max'])})\n"
-        f"  written to {out}" + (f"; videos in {Path(args.run) / 'videos'}" if args.video else "")
+        f"  written to {out}" + (f"; videos in {RunFolder(args.run).videos}" if args.video else "")
     )
     return 0

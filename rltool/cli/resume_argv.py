@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from rltool.config import SAFE_KEYS, is_safe
 from rltool.errors import UserError
-from rltool.layout import has_checkpoint
+from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
 _REFUSED_FLAGS = ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-path")
 
@@ -87,11 +87,11 @@ def _check_run_dir(value: str) -> Path:
     if not run_dir.is_dir():
         raise UserError(
             f"resume={value}: no such folder: give the folder of the run (the one holding "
-            "config.yaml and checkpoints/)"
+            f"{CONFIG} and {CHECKPOINTS}/)"
         )
-    if not (run_dir / "config.yaml").is_file():
+    if not RunFolder(run_dir).config.is_file():
         raise UserError(
-            f"resume={value}: {run_dir} is not an rltool run folder (no config.yaml): give the "
+            f"resume={value}: {run_dir} is not an rltool run folder (no {CONFIG}): give the "
             "folder that `rltool train` wrote"
         )
     if not has_checkpoint(run_dir):
@@ -103,12 +103,13 @@ def _check_run_dir(value: str) -> Path:
 
 
 def _saved_config(run_dir: Path) -> dict:
+    path = RunFolder(run_dir).config
     try:
-        saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+        saved = OmegaConf.to_container(OmegaConf.load(path))
     except Exception as e:  # noqa: BLE001 - a broken file is one line
-        raise UserError(f"{run_dir}/config.yaml is not readable YAML ({e}): restore it") from None
+        raise UserError(f"{path} is not readable YAML ({e}): restore it") from None
     if not isinstance(saved, dict):
-        raise UserError(f"{run_dir / 'config.yaml'} does not hold a config: restore it")
+        raise UserError(f"{path} does not hold a config: restore it")
     return saved
 
 
