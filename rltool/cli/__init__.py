@@ -4,9 +4,14 @@ Hydra has no subcommands: we pop the subcommand and call it with the rest of the
 Only ``train`` is a Hydra app (:mod:`rltool.cli.train`, with ``-m`` sweeps and ``--cfg``);
 ``eval`` parses its own ``key=value`` arguments (:mod:`rltool.cli.eval`) and ``report`` /
 ``plot`` use argparse (:mod:`rltool.cli.report`, :mod:`rltool.cli.plot`). A command's module is
-imported only when it runs. The dispatcher owns error printing: any failure in composing or
-validating the config prints one line and exits with status 2; ``--debug`` (or
-``HYDRA_FULL_ERROR=1``) shows the full traceback.
+imported only when it runs.
+
+The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): bad input (a
+:class:`~rltool.errors.UserError`, or Hydra / OmegaConf refusing to compose the config) prints
+one line and exits with 2; any other exception is a bug in rltool: one line that says so, exit
+70. A run stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a
+failed job with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
+full traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +20,14 @@ import argparse
 import os
 import sys
 
-from rltool.errors import RunStopped, UserError, one_line
+from rltool.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+    RunStopped,
+    UserError,
+    one_line,
+)
 
 
 def _lazy(module: str, func: str):
@@ -71,6 +83,21 @@ class _QuietStderr:
         return getattr(self.stream, name)
 
 
+def _bad_input(exc: Exception) -> bool:
+    """A UserError (ConfigError included), or Hydra / OmegaConf refusing the config: an unknown
+    option or key, a wrong type, an override that does not parse."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(exc, UserError | HydraException | OmegaConfBaseException)
+
+
+def _internal_error(exc: Exception) -> str:
+    text = str(exc).strip()
+    what = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return f"internal error (a bug in rltool): {what}; rerun with --debug for the traceback"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -85,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{', '.join(COMMANDS)} (rltool --help)",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     env_before = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", "RLTOOL_DEBUG")}
     if debug:
         os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
@@ -99,12 +126,15 @@ def main(argv: list[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as e:  # noqa: BLE001 - every failure becomes one line unless --debug
         if debug:
             raise
-        print(f"rltool {name}: error: {one_line(e)}", file=stderr)
-        return 2
+        if _bad_input(e):
+            print(f"rltool {name}: error: {one_line(e)}", file=stderr)
+            return EXIT_USAGE
+        print(f"rltool {name}: {_internal_error(e)}", file=stderr)
+        return EXIT_SOFTWARE
     finally:
         sys.stderr = stderr
         for k, v in env_before.items():  # main() may run again in this process (tests, API)

@@ -11,6 +11,7 @@ from omegaconf import DictConfig
 from rltool import sweep
 from rltool.cli.resume_argv import cleanup, resume_args
 from rltool.config import conf_dir, register_configs, to_config
+from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.sweep import current_job, run_job
 
 register_configs()
@@ -33,8 +34,8 @@ def train_app(dcfg: DictConfig) -> float | None:
 
 
 def train_cmd(argv: list[str]) -> int:
-    """``rltool train``; after a sweep, exit status 1 if a job failed. ``resume=<run_dir>`` is
-    turned into Hydra arguments that compose the run's saved config first."""
+    """``rltool train``; after a sweep, exit status 1 (EXIT_JOB_FAILED) if a job failed.
+    ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first."""
     args, tmp = resume_args(argv)
     sweep.LAST_SWEEP = None
     sys.argv = ["rltool-train", *args]  # Hydra parses sys.argv
@@ -43,4 +44,4 @@ def train_cmd(argv: list[str]) -> int:
     finally:
         cleanup(tmp)
     result = sweep.LAST_SWEEP
-    return 1 if result is not None and (result.failed or result.other) else 0
+    return EXIT_JOB_FAILED if result is not None and (result.failed or result.other) else EXIT_OK
