@@ -106,6 +106,10 @@ def test_report_and_plot_read_the_configured_metrics_file(tmp_path, capsys):
     assert main(["plot", str(sweep), "--out", str(png)]) == 0  # eval values found in other.csv
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "1 setting(s)" in capsys.readouterr().out
+    for bad, words in ((png.with_suffix(".xyz"), "cannot write .xyz files"), (png / "x.png", "")):
+        assert main(["plot", str(sweep), "--out", str(bad)]) == 2  # bad input, not a bug
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and words in err and "bug" not in err, err
 
     # a run folder without status.json or summary.json is still found by its metrics file
     bare = tmp_path / "bare" / "run"

@@ -145,7 +145,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     result = evaluate_run(args)
     out = Path(args.out) if args.out else RunFolder(args.run).eval
-    out.write_text(json.dumps(result, indent=2))
+    try:
+        out.write_text(json.dumps(result, indent=2))
+    except OSError as e:
+        raise UserError(f"out={out}: cannot write it ({e}): give a writable file") from None
     if result["episodes"] < args.episodes:
         print(
             f"rltool eval: warning: only {result['episodes']} of {args.episodes} episodes ended "

@@ -36,6 +36,13 @@ def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
     except ImportError:
         raise UserError("rltool plot needs matplotlib: pip install 'rltool[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    kinds = fig.canvas.get_supported_filetypes()
+    if out.suffix and out.suffix[1:].lower() not in kinds:
+        plt.close(fig)
+        raise UserError(
+            f"--out {out}: matplotlib cannot write {out.suffix} files: end the name with one of "
+            f"{', '.join('.' + k for k in sorted(kinds))}"
+        )
     drawn = 0
     for s in settings:
         x, mean, std = band([eval_curve(r, metric) for r in s.runs])
@@ -57,7 +64,11 @@ def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out)
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write it ({e}): give a writable path") from None
+    finally:
+        plt.close(fig)
     return drawn
