@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, a ``latest`` pointer, the last N kept, safe loading.
 
-Layout, in ``<run_dir>/checkpoints``::
+Layout, in ``<run_dir>/checkpoints`` (the names: :mod:`rltool.layout`)::
 
     ckpt-000000012288.pt          torch.save of a dict of tensors and plain containers
     ckpt-000000012288.<name>/     a folder saver's files (e.g. a replay buffer), beside it
@@ -34,20 +34,21 @@ from pathlib import Path
 
 import torch
 
+from rltool import layout
 from rltool.errors import UserError
 
 FORMAT = "rltool-checkpoint"
 VERSION = 1
-POINTER = "latest"
+POINTER = layout.LATEST
 KILL_POINTS = ("after_temp_write", "after_fsync", "after_rename", "before_pointer")
-_NAME = re.compile(r"^ckpt-(\d{12})\.pt$")
+_NAME = layout.CHECKPOINT_PATTERN
 
 test_hook: Callable[[str], None] | None = None
 _writes = 0
 
 
 def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / "checkpoints"
+    return Path(run_dir) / layout.CHECKPOINTS
 
 
 def _point(name: str) -> None:
@@ -122,7 +123,7 @@ def save(
             shutil.rmtree(stale)
         else:
             stale.unlink()
-    stem = f"ckpt-{frames:012d}"
+    stem = layout.checkpoint_stem(frames)
     for name, saver in (folders or {}).items():
         final, tmp = directory / f"{stem}.{name}", directory / f".{stem}.{name}.tmp-{os.getpid()}"
         saver.save(tmp)

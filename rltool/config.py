@@ -316,3 +316,30 @@ def to_config(cfg: DictConfig) -> Config:
             "(rltool train --cfg job lists every key)"
         )
     return OmegaConf.to_object(cfg)
+
+
+# ---- where the configs live, and what a resume may change ----
+def conf_dir() -> str:
+    """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent
+    packaged = here / "conf"
+    return str(packaged if packaged.is_dir() else here.parent / "conf")
+
+
+# keys a resume may change: the budget, logging, checkpointing, evaluation cadence, threads
+SAFE_KEYS = (
+    "total_frames",
+    "num_threads",
+    "eval.every_frames",
+    "eval.episodes",
+    "logger",
+    "checkpoint",
+    "resume",
+)
+
+
+def is_safe(key: str) -> bool:
+    """Whether a resume may change ``key`` (a dotted config key)."""
+    return any(key == k or key.startswith(k + ".") for k in SAFE_KEYS)

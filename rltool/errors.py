@@ -13,9 +13,14 @@ class ConfigError(UserError, ValueError):
     """A config value that is impossible or unsupported."""
 
 
-# exit codes of `rltool train` besides 0 (done) and 2 (bad input); see the README
+# exit codes of the rltool commands; see the README
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1  # rltool train -m: a job of the sweep failed
+EXIT_USAGE = 2  # bad input (a UserError, a Hydra / OmegaConf composition error): one line
 EXIT_DIVERGED = 3  # too many non-finite optimizer steps in a row
+EXIT_SOFTWARE = 70  # an internal error: a bug in rltool (sysexits EX_SOFTWARE)
 EXIT_PREEMPTED = 75  # SIGTERM / SIGINT: checkpoint written, resume it (sysexits EX_TEMPFAIL)
+EXIT_INTERRUPTED = 130  # Ctrl-C outside a training session's handler (128 + SIGINT)
 
 
 class RunStopped(Exception):

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from rltool import algos
 from rltool import checkpoint as ckpt
 from rltool import keys as K
+from rltool import layout
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
 from rltool.envs.normalize import ObsNormalizer
@@ -76,10 +77,11 @@ def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
                 "training run that wrote one"
             )
         return path
-    name = f"ckpt-{int(checkpoint):012d}.pt" if checkpoint.isdigit() else checkpoint
+    name = layout.checkpoint_name(int(checkpoint)) if checkpoint.isdigit() else checkpoint
     path = folder / (name if name.endswith(".pt") else f"{name}.pt")
     if not path.is_file():
-        have = sorted(p.stem for p in folder.glob("ckpt-*.pt")) if folder.is_dir() else []
+        have = folder.glob(layout.CHECKPOINT_GLOB) if folder.is_dir() else []
+        have = sorted(p.stem for p in have)
         raise UserError(
             f"checkpoint {checkpoint!r} not found in {folder}: choose one of "
             f"{', '.join(have) or 'none'} (or its frame count)"

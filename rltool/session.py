@@ -31,8 +31,9 @@ import torch
 from omegaconf import OmegaConf
 
 from rltool import checkpoint as ckpt
+from rltool import layout
+from rltool.config import is_safe
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
-from rltool.resume import is_safe
 
 
 @dataclasses.dataclass
@@ -145,7 +146,7 @@ class Session:
                     f"{run_dir} already holds a checkpoint ({found.name}): continue it with "
                     f"rltool train resume={run_dir}, or choose another hydra.run.dir"
                 )
-            (Path(run_dir) / "config.yaml").write_text(OmegaConf.to_yaml(_plain(cfg)))
+            (Path(run_dir) / layout.CONFIG).write_text(OmegaConf.to_yaml(_plain(cfg)))
             c = Counters(next_eval=cfg.eval.every_frames, total_frames=cfg.total_frames)
             return cls(run, run_dir, c)
         path = ckpt.latest(ckpt.checkpoint_dir(run_dir))
@@ -176,9 +177,9 @@ class Session:
             c.anchor_frames, c.anchor_progress, c.total_frames = c.frames, p, cfg.total_frames
         _truncate_metrics(Path(run_dir) / cfg.logger.csv.filename, c.frames)
         record = _plain(dataclasses.replace(cfg, resume=None))
-        if OmegaConf.to_container(OmegaConf.load(Path(run_dir) / "config.yaml")) != record:
+        if OmegaConf.to_container(OmegaConf.load(Path(run_dir) / layout.CONFIG)) != record:
             ckpt.atomic_write(
-                Path(run_dir) / "config.yaml", lambda f: f.write(OmegaConf.to_yaml(record).encode())
+                Path(run_dir) / layout.CONFIG, lambda f: f.write(OmegaConf.to_yaml(record).encode())
             )
         set_rng_state(body["rng"])  # last: nothing after this may draw random numbers
         print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
@@ -193,7 +194,7 @@ class Session:
             more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
             raise UserError(
                 f"checkpoint {path} was written with {k}={old[k]!r} but the run's config says "
-                f"{new[k]!r}{more}: restore {path.parent.parent / 'config.yaml'}, or start a "
+                f"{new[k]!r}{more}: restore {path.parent.parent / layout.CONFIG}, or start a "
                 "new run"
             )
 

@@ -22,9 +22,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
-from rltool.resume import has_checkpoint
-
-STATUS_FILE = "status.json"
+from rltool.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
 
 
 def _now() -> str:
@@ -33,16 +31,16 @@ def _now() -> str:
 
 def read_status(run_dir: Path) -> dict | None:
     try:
-        return json.loads((Path(run_dir) / STATUS_FILE).read_text())
+        return json.loads(RunFolder(run_dir).status.read_text())
     except (OSError, ValueError):
         return None
 
 
 def write_status(run_dir: Path, **fields) -> dict:
     """Atomically writes ``status.json``, updating what is there."""
-    path = Path(run_dir) / STATUS_FILE
+    path = RunFolder(run_dir).status
     status = {**(read_status(run_dir) or {}), **fields}
-    tmp = path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(status, indent=2))
     os.replace(tmp, path)
     return status
@@ -50,13 +48,14 @@ def write_status(run_dir: Path, **fields) -> dict:
 
 def set_aside_metrics(run_dir: Path) -> None:
     """An unfinished job without a checkpoint starts again from scratch: its old metrics are kept
-    aside as ``metrics.csv.interrupted-<n>`` (never deleted) so the new file starts clean."""
-    old = Path(run_dir) / "metrics.csv"
+    aside as ``<metrics file>.interrupted-<n>`` (never deleted) so the new file starts clean. The
+    metrics file is the one the old attempt's ``config.yaml`` names (``logger.csv.filename``)."""
+    old = RunFolder(run_dir).metrics
     if old.exists():
         n = 1
-        while old.with_name(f"metrics.csv.interrupted-{n}").exists():
+        while old.with_name(interrupted_name(old.name, n)).exists():
             n += 1
-        old.rename(old.with_name(f"metrics.csv.interrupted-{n}"))
+        old.rename(old.with_name(interrupted_name(old.name, n)))
 
 
 @dataclass
@@ -87,7 +86,7 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
     latest checkpoint (``resume=True``) or, without one, starts again; a failure is recorded and
     reported instead of raised, except a preemption (SIGTERM / SIGINT), which stops the sweep."""
     prev, resume = read_status(job.run_dir), False
-    status_path = Path(job.run_dir) / STATUS_FILE
+    status_path = RunFolder(job.run_dir).status
     before = status_path.read_bytes() if status_path.exists() else None
     if job.multirun and prev is not None:
         if prev.get("overrides") != job.overrides:
@@ -174,7 +173,7 @@ def _fail(job: Job, e: Exception, keep_status: bool = False) -> None:
 
 def _summary(run_dir: Path) -> dict | None:
     try:
-        return json.loads((Path(run_dir) / "summary.json").read_text())
+        return json.loads(RunFolder(run_dir).summary.read_text())
     except (OSError, ValueError):
         return None
 
@@ -202,7 +201,7 @@ LAST_SWEEP: SweepResult | None = None  # set in the launching process, read by t
 
 def sweep_result(sweep_dir: Path) -> SweepResult:
     res = SweepResult(Path(sweep_dir))
-    for path in sorted(Path(sweep_dir).rglob(STATUS_FILE), key=lambda p: _job_key(sweep_dir, p)):
+    for path in sorted(Path(sweep_dir).rglob(STATUS), key=lambda p: _job_key(sweep_dir, p)):
         if ".submitit" in path.parts:
             continue
         st = read_status(path.parent) or {}

@@ -21,12 +21,13 @@ import torch
 
 from rltool import algos
 from rltool import keys as K
+from rltool import layout
 from rltool.algos.base import Algorithm
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
 from rltool.config import Config
 from rltool.envs import VectorEnv, make_env
-from rltool.evaluate import evaluate
+from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
 from rltool.logging import make_loggers
 from rltool.modules import ActorCritic, make_policy
@@ -154,7 +155,7 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)
     loss_device = module_device(run.policy)  # each batch moves there from the storing device
     devices = run.collector.devices | {"loss": str(loss_device)}
-    (run_dir / "devices.json").write_text(json.dumps(devices, indent=2))
+    (run_dir / layout.DEVICES).write_text(json.dumps(devices, indent=2))
     print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
     loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
     eval_seed = cfg.seed + cfg.eval.seed_offset
@@ -196,5 +197,5 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
         "wall_time_s": session.elapsed(),
         **{k: v for k, v in row.items() if k.startswith("eval/")},
     }
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary

@@ -9,11 +9,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from rltool.cli import conf_dir
-from rltool.config import to_config
+from rltool.config import conf_dir, register_configs, to_config
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "disabled")
+register_configs()  # the schemas make_cfg composes from (rltool train registers them itself)
 
 
 def make_cfg(*overrides: str):

@@ -67,3 +67,36 @@ def test_unknown_command(tmp_path):
 def test_debug_shows_the_traceback(tmp_path):
     r = run_cli("--debug", "train", "optim.lr=-1", cwd=tmp_path)
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+def _broken_train(cfg, run_dir):
+    raise RuntimeError("tensor sizes do not match\nsecond line")
+
+
+def test_internal_error_is_one_line_exit_70(tmp_path, monkeypatch, capsys):
+    import rltool.train
+    from rltool.cli import main
+    from rltool.errors import EXIT_SOFTWARE
+
+    monkeypatch.setattr(rltool.train, "train", _broken_train)  # a bug inside the train path
+    run_dir = tmp_path / "run"
+    args = ["train", "total_frames=512", f"hydra.run.dir={run_dir}"]
+    assert main(args) == EXIT_SOFTWARE == 70
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "rltool train: internal error (a bug in rltool): RuntimeError: tensor sizes do not "
+        "match; rerun with --debug for the traceback"
+    ]
+    assert json.loads((run_dir / "status.json").read_text())["status"] == "failed"
+    with pytest.raises(RuntimeError, match="tensor sizes do not match"):
+        main(["--debug", *args])
+
+
+def test_bad_input_in_process_is_exit_2_and_names_no_bug(tmp_path, capsys):
+    from rltool.cli import main
+    from rltool.errors import EXIT_USAGE
+
+    for args in (["env=nope"], ["foo.bar=1"], ["seed=abc"], ["optim.lr=-1"]):
+        assert main(["train", *args, f"hydra.run.dir={tmp_path}"]) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "bug" not in err, err

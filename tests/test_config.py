@@ -115,6 +115,6 @@ def test_bad_values_are_config_errors(override, match):
 
 
 def test_conf_dir_is_the_top_level_conf_in_a_checkout():
-    from rltool.cli import conf_dir
+    from rltool.config import conf_dir
 
     assert Path(conf_dir()) == ROOT / "conf"

@@ -15,7 +15,7 @@ import rltool
 from rltool.cli import main
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
-from rltool.evaluate import evaluate, run_episodes
+from rltool.evaluation import evaluate, run_episodes
 from rltool.inference import restore
 from rltool.modules import make_policy
 
@@ -150,6 +150,10 @@ def test_eval_bad_input_is_one_line(lstm_run, tmp_path, capsys):
     one_error([f"run={lstm_run}", "checkpoint=nope"], "checkpoint 'nope' not found")
     assert main(["eval", f"run={lstm_run}", "checkpoint=512", "episodes=1"]) == 0  # by frames
     assert json.loads((lstm_run / "eval.json").read_text())["checkpoint"] == "ckpt-000000000512.pt"
+    one_error(  # a file it cannot write is bad input, not a bug
+        [f"run={lstm_run}", "episodes=1", f"out={tmp_path / 'no' / 'such' / 'e.json'}"],
+        "cannot write it",
+    )
     broken = tmp_path / "broken"
     shutil.copytree(lstm_run, broken)
     (ckpt,) = (broken / "checkpoints").glob("*.pt")

@@ -13,7 +13,7 @@ from conftest import CLI_PYTHONPATH, metric_rows
 from wandb_records import run_record
 
 from rltool.cli import main
-from rltool.report import band, find_runs, group_runs, rows
+from rltool.results import band, find_runs, group_runs, rows
 
 # a tiny budget: 2 updates of 128 frames, evaluated twice on 2 episodes
 BASE = [

@@ -284,9 +284,5 @@ class Collector:
         self._is_init = root[K.IS_INIT].to(pol)
         self.frames = state["frames"]
 
-    def __iter__(self):
-        while True:
-            yield self.collect()
-
     def close(self) -> None:
         self.env.close()

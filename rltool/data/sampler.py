@@ -13,8 +13,6 @@ from tensordict import TensorDictBase
 
 from rltool.errors import ConfigError
 
-SAMPLERS = ("sequences", "steps")
-
 
 def resolve_sampler(sampler: str, recurrent: bool) -> str:
     """auto -> sequences for a recurrent policy, else steps; steps + recurrent is refused."""

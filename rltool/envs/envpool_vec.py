@@ -18,14 +18,6 @@ import numpy as np
 from rltool.errors import ConfigError
 
 
-def envpool_available() -> bool:
-    try:
-        import envpool  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 @contextlib.contextmanager
 def _quiet():
     """Silences gymnasium's warning that envpool's float64 Box bounds are cast to float32."""

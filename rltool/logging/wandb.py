@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
+from rltool import layout
 from rltool.config import WandbLoggerConfig
 
-ID_FILE = "wandb_id"
+ID_FILE = layout.WANDB_ID
 
 
 def _warn(msg: str) -> None:

@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rltool import keys as K
-from rltool.ops import linear_scan
+from rltool.scan import linear_scan
 from rltool.specs import Spec
 
 MODES = ("sequential", "temporal")

@@ -1,10 +1,12 @@
-"""``rltool train resume=<run_dir>``: the dispatcher's side, before Hydra starts (no torch here).
+"""``rltool train resume=<run_dir>``: the arguments rewritten before Hydra starts (no torch
+here). The resume itself (checkpoint loaded, config checked) happens in ``Session.start``
+(:mod:`rltool.session`).
 
 The run's config is composed from ``<run_dir>/config.yaml`` (written when the run started, updated
 only when a resume changes a safe key): each config group is set to its bare schema and the saved
 values are applied on top as a global overlay (a temporary config group ``rltool_resume``), then the
-user's overrides, which may only touch :data:`SAFE_KEYS`. Hydra runs in ``run_dir`` and writes no
-``.hydra/`` folder, so the record of the original launch stays intact.
+user's overrides, which may only touch :data:`rltool.config.SAFE_KEYS`. Hydra runs in ``run_dir``
+and writes no ``.hydra/`` folder, so the record of the original launch stays intact.
 """
 
 from __future__ import annotations
@@ -16,35 +18,15 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from rltool.config import SAFE_KEYS, is_safe
 from rltool.errors import UserError
+from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
-# keys a resume may change: the budget, logging, checkpointing, evaluation cadence, threads
-SAFE_KEYS = (
-    "total_frames",
-    "num_threads",
-    "eval.every_frames",
-    "eval.episodes",
-    "logger",
-    "checkpoint",
-    "resume",
-)
 _REFUSED_FLAGS = ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-path")
-
-
-def is_safe(key: str) -> bool:
-    return any(key == k or key.startswith(k + ".") for k in SAFE_KEYS)
 
 
 def _key(arg: str) -> str:
     return arg.split("=", 1)[0].lstrip("+~")
-
-
-def has_checkpoint(run_dir: Path) -> bool:
-    ck = run_dir / "checkpoints"
-    return ck.is_dir() and any(
-        p.name == "latest" or (p.name.startswith("ckpt-") and p.suffix == ".pt")
-        for p in ck.iterdir()
-    )
 
 
 def resume_args(args: list[str]) -> tuple[list[str], str | None]:
@@ -105,11 +87,11 @@ def _check_run_dir(value: str) -> Path:
     if not run_dir.is_dir():
         raise UserError(
             f"resume={value}: no such folder: give the folder of the run (the one holding "
-            "config.yaml and checkpoints/)"
+            f"{CONFIG} and {CHECKPOINTS}/)"
         )
-    if not (run_dir / "config.yaml").is_file():
+    if not RunFolder(run_dir).config.is_file():
         raise UserError(
-            f"resume={value}: {run_dir} is not an rltool run folder (no config.yaml): give the "
+            f"resume={value}: {run_dir} is not an rltool run folder (no {CONFIG}): give the "
             "folder that `rltool train` wrote"
         )
     if not has_checkpoint(run_dir):
@@ -121,12 +103,13 @@ def _check_run_dir(value: str) -> Path:
 
 
 def _saved_config(run_dir: Path) -> dict:
+    path = RunFolder(run_dir).config
     try:
-        saved = OmegaConf.to_container(OmegaConf.load(run_dir / "config.yaml"))
+        saved = OmegaConf.to_container(OmegaConf.load(path))
     except Exception as e:  # noqa: BLE001 - a broken file is one line
-        raise UserError(f"{run_dir}/config.yaml is not readable YAML ({e}): restore it") from None
+        raise UserError(f"{path} is not readable YAML ({e}): restore it") from None
     if not isinstance(saved, dict):
-        raise UserError(f"{run_dir / 'config.yaml'} does not hold a config: restore it")
+        raise UserError(f"{path} does not hold a config: restore it")
     return saved
 
 

@@ -1,4 +1,4 @@
-"""Small tensor operations shared by several packages."""
+"""The linear recurrence x_t = a_t * x_{t-1} + b_t as a parallel scan (LSTM cell states, GAE)."""
 
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
-"""``rltool report <dirs...>`` and ``rltool plot <dirs...>``: results of runs and sweeps.
+"""Results of runs and sweeps, read from their folders (for ``rltool report`` and ``rltool plot``).
 
-A run folder holds ``config.yaml``, ``metrics.csv``, ``summary.json`` (written by training),
-``status.json`` (the job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
+A run folder (:mod:`rltool.layout`) holds ``config.yaml``, the metrics file (``metrics.csv``, or
+the run's ``logger.csv.filename``), ``summary.json`` (written by training), ``status.json`` (the
+job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
 into settings by their overrides minus the seed; overrides shared by every run are left out of
 the setting's name when there are several settings.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
 import json
@@ -20,10 +20,22 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
+from rltool import layout
 from rltool.errors import UserError
-from rltool.sweep import STATUS_FILE, read_status
+from rltool.layout import RunFolder
+from rltool.sweep import read_status
 
-_SKIP_PARTS = {".submitit", ".hydra", "wandb", "tensorboard", "checkpoints", "videos"}
+_SKIP_PARTS = {
+    ".submitit",
+    layout.HYDRA,
+    layout.WANDB,
+    layout.TENSORBOARD,
+    layout.CHECKPOINTS,
+    layout.VIDEOS,
+}
+# files that mark a run folder below a sweep folder (config.yaml: a run whose metrics file has
+# another name; it counts when that file is there)
+_MARKERS = (layout.METRICS, layout.STATUS, layout.CONFIG)
 
 
 @dataclass
@@ -46,7 +58,12 @@ class Setting:
 
 
 def _is_run(d: Path) -> bool:
-    return any((d / f).is_file() for f in ("metrics.csv", STATUS_FILE, "summary.json"))
+    run = RunFolder(d)
+    return any(p.is_file() for p in (run.status, run.summary, run.metrics))
+
+
+def _skipped(c: Path, top: Path) -> bool:
+    return bool(_SKIP_PARTS & set(c.relative_to(top).parts))
 
 
 def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
@@ -57,15 +74,13 @@ def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
             raise UserError(
                 f"{d}: no such folder; give run or sweep folders (outputs/..., multirun/...)"
             )
-        cands = (
-            [d]
-            if _is_run(d)
-            else sorted(
-                {p.parent for n in ("metrics.csv", STATUS_FILE) for p in d.rglob(n)}, key=_natural
-            )
-        )
+        if _is_run(d):
+            cands = [d]
+        else:
+            found = {p.parent for n in _MARKERS for p in d.rglob(n)}
+            cands = sorted((c for c in found if not _skipped(c, d) and _is_run(c)), key=_natural)
         for c in cands:
-            if c.resolve() not in seen and not _SKIP_PARTS & set(c.relative_to(d).parts):
+            if c.resolve() not in seen and not _skipped(c, d):
                 seen.add(c.resolve())
                 runs.append(_read_run(c))
     if not runs:
@@ -83,11 +98,11 @@ def _natural(p: Path):
 def _read_run(d: Path) -> RunInfo:
     st = read_status(d) or {}
     overrides = st.get("overrides")
-    ov_file = d / ".hydra" / "overrides.yaml"
-    if ov_file.is_file():
-        overrides = [str(o) for o in OmegaConf.load(ov_file)]
+    run = RunFolder(d)
+    if run.overrides.is_file():
+        overrides = [str(o) for o in OmegaConf.load(run.overrides)]
     try:
-        summary = json.loads((d / "summary.json").read_text())
+        summary = json.loads(run.summary.read_text())
     except (OSError, ValueError):
         summary = {}
     status = st.get("status") or ("done" if summary else "unknown")
@@ -173,25 +188,10 @@ def format_table(table: list[dict], fmt: str = "table") -> str:
     )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, exit 2 through the dispatcher
-        raise UserError(message)
-
-
-def report_main(argv: list[str]) -> int:
-    p = _Parser(prog="rltool report", description="Table of run / sweep folders.")
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("--format", choices=("table", "markdown", "csv"), default="table")
-    a = p.parse_args(argv)
-    print(format_table(rows(group_runs(find_runs(a.dirs))), a.format))
-    return 0
-
-
-# ---- learning curves ----
 def eval_curve(run: RunInfo, metric: str = "eval/return_mean") -> tuple[np.ndarray, np.ndarray]:
-    """(frames, metric) at the rows of metrics.csv where ``metric`` was logged."""
+    """(frames, metric) at the rows of the run's metrics file where ``metric`` was logged."""
     xs, ys = [], []
-    path = run.path / "metrics.csv"
+    path = RunFolder(run.path).metrics
     if path.is_file():
         with path.open(newline="") as f:
             for row in csv.DictReader(f):
@@ -212,53 +212,3 @@ def band(curves: list[tuple[np.ndarray, np.ndarray]]):
     x = x[x <= end]
     ys = np.stack([np.interp(x, cx, cy) for cx, cy in curves])
     return x, ys.mean(0), ys.std(0)
-
-
-def plot_main(argv: list[str]) -> int:
-    p = _Parser(prog="rltool plot", description="Eval return vs frames, shaded over seeds -> PNG.")
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("--out", help="PNG file (default: <first folder>/learning_curves.png)")
-    p.add_argument("--metric", default="eval/return_mean")
-    p.add_argument("--title", default=None)
-    a = p.parse_args(argv)
-    settings = group_runs(find_runs(a.dirs))
-    out = Path(a.out) if a.out else Path(a.dirs[0]) / "learning_curves.png"
-    n = plot(settings, out, a.metric, a.title or " ".join(a.dirs))
-    print(f"rltool plot: {n} setting(s) -> {out}")
-    return 0
-
-
-def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise UserError("rltool plot needs matplotlib: pip install 'rltool[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
-    drawn = 0
-    for s in settings:
-        x, mean, std = band([eval_curve(r, metric) for r in s.runs])
-        if not len(x):
-            continue
-        seeds = sum(len(eval_curve(r, metric)[0]) > 0 for r in s.runs)
-        marker = "o" if len(x) < 15 else None  # a few evals: show the points
-        (line,) = ax.plot(
-            x, mean, marker=marker, label=f"{s.name} ({seeds} seed{'s' * (seeds != 1)})"
-        )
-        ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
-        drawn += 1
-    if not drawn:
-        plt.close(fig)
-        raise UserError(f"no {metric} values in the metrics.csv of these runs: nothing to plot")
-    ax.set_xlabel("frames")
-    ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return drawn

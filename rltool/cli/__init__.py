@@ -1,0 +1,149 @@
+"""``rltool``: a small dispatcher over subcommands, one module each in this package.
+
+Hydra has no subcommands: we pop the subcommand and call it with the rest of the arguments.
+Only ``train`` is a Hydra app (:mod:`rltool.cli.train`, with ``-m`` sweeps and ``--cfg``);
+``eval`` parses its own ``key=value`` arguments (:mod:`rltool.cli.eval`) and ``report`` /
+``plot`` use argparse (:mod:`rltool.cli.report`, :mod:`rltool.cli.plot`). A command's module is
+imported only when it runs.
+
+The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): bad input (a
+:class:`~rltool.errors.UserError`, or Hydra / OmegaConf refusing to compose the config) prints
+one line and exits with 2; any other exception is a bug in rltool: one line that says so, exit
+70. A run stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a
+failed job with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
+full traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from rltool.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_SOFTWARE,
+    EXIT_USAGE,
+    RunStopped,
+    UserError,
+    one_line,
+)
+
+
+def _lazy(module: str, func: str):
+    def run(argv: list[str]) -> int:
+        import importlib
+
+        return getattr(importlib.import_module(module), func)(argv)
+
+    return run
+
+
+COMMANDS = {
+    "train": (
+        _lazy("rltool.cli.train", "train_cmd"),
+        "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)",
+    ),
+    "eval": (_lazy("rltool.cli.eval", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
+    "report": (
+        _lazy("rltool.cli.report", "report_main"),
+        "table of runs/sweeps: <dirs...> [--format]",
+    ),
+    "plot": (_lazy("rltool.cli.plot", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+}
+
+USAGE = (
+    "usage: rltool <command> [overrides ...] [--debug]\n\ncommands:\n"
+    + "".join(f"  {name:<8} {help_}\n" for name, (_, help_) in COMMANDS.items())
+    + "\nrltool <command> --help shows a command's config groups and options."
+)
+
+
+class ArgParser(argparse.ArgumentParser):
+    """argparse for the commands that use it: a usage error is a one-line UserError (exit 2
+    through the dispatcher), not argparse's usage block and its own exit."""
+
+    def error(self, message):
+        raise UserError(message)
+
+
+class _QuietStderr:
+    """stderr without Hydra's "Error executing job with overrides" preamble: we print our own
+    line."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith("Error executing job with overrides"):
+            return len(text)
+        return self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+def _bad_input(exc: Exception) -> bool:
+    """A UserError (ConfigError included), or Hydra / OmegaConf refusing the config: an unknown
+    option or key, a wrong type, an override that does not parse."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    return isinstance(exc, UserError | HydraException | OmegaConfBaseException)
+
+
+def _internal_error(exc: Exception) -> str:
+    text = str(exc).strip()
+    what = f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return f"internal error (a bug in rltool): {what}; rerun with --debug for the traceback"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(
+            f"rltool: error: unknown command {name!r}: choose one of "
+            f"{', '.join(COMMANDS)} (rltool --help)",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    env_before = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", "RLTOOL_DEBUG")}
+    if debug:
+        os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
+    stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
+    try:
+        sys.argv = [f"rltool-{name}", *rest]
+        rc = COMMANDS[name][0](rest)
+    except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
+        print(f"rltool {name}: {e}", file=stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"rltool {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - every failure becomes one line unless --debug
+        if debug:
+            raise
+        if _bad_input(e):
+            print(f"rltool {name}: error: {one_line(e)}", file=stderr)
+            return EXIT_USAGE
+        print(f"rltool {name}: {_internal_error(e)}", file=stderr)
+        return EXIT_SOFTWARE
+    finally:
+        sys.stderr = stderr
+        for k, v in env_before.items():  # main() may run again in this process (tests, API)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return rc or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

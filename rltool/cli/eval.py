@@ -1,0 +1,167 @@
+"""``rltool eval run=<dir> [episodes=10] [video=true] ...``: evaluate a trained run.
+
+Loads the latest (or ``checkpoint=<name>``) checkpoint safely, runs the evaluation protocol of
+:mod:`rltool.evaluation` (exploit, sequential recurrent state, frozen normalisation), prints the
+return and length statistics and writes them, with every episode, to ``<run>/eval.json``.
+``video=true`` records episodes of the first env with gymnasium's RecordVideo (rgb_array envs;
+needs moviepy and, for the classic-control envs, pygame: ``pip install 'rltool[video]'``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from rltool.errors import UserError
+from rltool.layout import RunFolder
+
+
+@dataclass
+class EvalArgs:
+    run: str = ""
+    checkpoint: str | None = None  # a file of <run>/checkpoints or its frames; default: latest
+    episodes: int = 10
+    num_envs: int | None = None  # default: min(episodes, 8)
+    seed: int | None = None  # default: the run's seed + eval.seed_offset (training's eval seed)
+    max_steps: int = 100_000  # vector steps, a guard against endless episodes
+    video: bool = False
+    video_episodes: int = 1  # episodes recorded (of the first env)
+    out: str | None = None  # default: <run>/eval.json
+
+    def __post_init__(self):
+        if not self.run:
+            raise UserError(
+                "rltool eval needs run=<run folder>, e.g. run=outputs/2026-12-02/10-11-12"
+            )
+        for name in ("episodes", "max_steps", "video_episodes"):
+            if getattr(self, name) < 1:
+                raise UserError(f"{name}={getattr(self, name)} is invalid: must be >= 1")
+        if self.num_envs is not None and self.num_envs < 1:
+            raise UserError(f"num_envs={self.num_envs} is invalid: must be >= 1")
+
+
+def _convert(name: str, text: str, kind) -> object:
+    if text.lower() in ("null", "none") and name in ("checkpoint", "num_envs", "seed", "out"):
+        return None
+    try:
+        if kind is bool:
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError
+            return text.lower() in ("true", "1", "yes")
+        return int(text) if kind is int else text
+    except ValueError:
+        raise UserError(f"{name}={text!r} is invalid: expected {_WORD[kind]}") from None
+
+
+_KINDS = {"episodes": int, "num_envs": int, "seed": int, "max_steps": int, "video": bool}
+_KINDS["video_episodes"] = int
+_WORD = {int: "an integer", bool: "true or false", str: "a string"}
+
+
+def parse_args(argv: list[str]) -> EvalArgs:
+    """``key=value`` arguments, like ``rltool train``'s overrides."""
+    names = [f.name for f in fields(EvalArgs)]
+    values = {}
+    for arg in argv:
+        key, sep, text = arg.partition("=")
+        if not sep or key not in names:
+            raise UserError(
+                f"unknown argument {arg!r}: give key=value with key one of {', '.join(names)}"
+            )
+        values[key] = _convert(key, text, _KINDS.get(key, str))
+    return EvalArgs(**values)
+
+
+def _video_env(restored, num_envs: int, folder: Path, episodes: int):
+    """The eval env with RecordVideo around its first env (rendering rgb arrays)."""
+    from gymnasium.error import DependencyNotInstalled
+    from gymnasium.wrappers import RecordVideo
+
+    env_cfg = dataclasses.replace(
+        restored.env_cfg, kwargs={**restored.env_cfg.kwargs, "render_mode": "rgb_array"}
+    )
+    env = restored.make_env(num_envs, env_cfg=env_cfg)
+    try:
+        first = env.vec_env.envs[0]
+        env.vec_env.envs[0] = RecordVideo(
+            first, str(folder), episode_trigger=lambda i: i < episodes, disable_logger=True
+        )
+    except (DependencyNotInstalled, ImportError) as e:
+        env.close()
+        raise UserError(f"video=true needs {e}: pip install 'rltool[video]'") from None
+    except Exception as e:  # noqa: BLE001 - e.g. an env without rgb_array rendering
+        env.close()
+        raise UserError(
+            f"video=true: {restored.env_cfg.id} cannot record video ({type(e).__name__}: {e})"
+        ) from None
+    return env
+
+
+def evaluate_run(args: EvalArgs) -> dict:
+    """Runs the evaluation; returns what eval.json holds."""
+    from rltool.evaluation import run_episodes, summarize
+    from rltool.inference import restore
+
+    run_dir = Path(args.run)
+    restored = restore(run_dir, args.checkpoint)
+    cfg = restored.config
+    seed = args.seed if args.seed is not None else cfg["seed"] + cfg["eval"]["seed_offset"]
+    n = args.num_envs or min(args.episodes, 8)
+    video_dir = RunFolder(run_dir).videos
+    if args.video:
+        env = _video_env(restored, n, video_dir, args.video_episodes)
+    else:
+        env = restored.make_env(n)
+    try:
+        returns, lengths = run_episodes(restored.policy, env, seed, args.episodes, args.max_steps)
+    finally:
+        env.close()
+    stats = {k.removeprefix("eval/"): v for k, v in summarize(returns, lengths).items()}
+    result = {
+        "run": str(run_dir),
+        "checkpoint": restored.checkpoint,
+        "frames": restored.frames,
+        "seed": seed,
+        "num_envs": n,
+        **stats,
+        "returns": returns,
+        "lengths": lengths,
+    }
+    if args.video:
+        result["videos"] = sorted(str(p) for p in video_dir.glob("*.mp4"))
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if {"-h", "--help"} & set(argv):
+        print(__doc__.strip())
+        print("\narguments (key=value):")
+        for f in fields(EvalArgs):
+            print(f"  {f.name}={f.default}")
+        return 0
+    args = parse_args(argv)
+    result = evaluate_run(args)
+    out = Path(args.out) if args.out else RunFolder(args.run).eval
+    try:
+        out.write_text(json.dumps(result, indent=2))
+    except OSError as e:
+        raise UserError(f"out={out}: cannot write it ({e}): give a writable file") from None
+    if result["episodes"] < args.episodes:
+        print(
+            f"rltool eval: warning: only {result['episodes']} of {args.episodes} episodes ended "
+            f"within max_steps={args.max_steps}"
+        )
+    f = lambda x: "-" if not math.isfinite(x) else f"{x:.2f}"
+    print(
+        f"{args.run} ({result['checkpoint']}, {result['frames']:,} frames): "
+        f"{result['episodes']} episodes\n"
+        f"  return {f(result['return_mean'])} +- {f(result['return_std'])} "
+        f"(min {f(result['return_min'])}, max {f(result['return_max'])})\n"
+        f"  length {f(result['length_mean'])} +- {f(result['length_std'])} "
+        f"(min {f(result['length_min'])}, max {f(result['length_max'])})\n"
+        f"  written to {out}" + (f"; videos in {RunFolder(args.run).videos}" if args.video else "")
+    )
+    return 0

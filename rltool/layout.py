@@ -1,0 +1,143 @@
+"""The run folder: the name of every file and folder rltool reads or writes in a run's directory,
+spelled once. Light on purpose (no torch, no Hydra)::
+
+    <run_dir>/                       outputs/<date>/<time>/ (sweep job: multirun/<date>/<time>/<n>/)
+      config.yaml                    the run's resolved config (a resume composes from it)
+      metrics.csv                    one row per iteration (the name: the run's logger.csv.filename)
+      metrics.csv.interrupted-<n>    a sweep job's old rows, set aside when it started again
+      summary.json                   the final eval and the wall time
+      status.json                    the job's status (rltool.sweep)
+      devices.json                   where the env, the policy, the rollouts and the loss ran
+      eval.json, videos/             rltool eval's result and recordings
+      checkpoints/
+        ckpt-<12 digits>.pt          a checkpoint, named by its frame count
+        ckpt-<12 digits>.<name>/     a folder saver's files beside it (the replay buffer)
+        latest                       the name of the newest complete checkpoint, one line
+      .hydra/overrides.yaml          Hydra's record of the launch (and train.log, Hydra's log)
+      wandb_id, wandb/, tensorboard/ the loggers' files
+      replay/                        a memmap replay buffer without buffer.path (deleted at the end)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+CONFIG = "config.yaml"
+METRICS = "metrics.csv"  # the default of logger.csv.filename; a run's own: metrics_name(run_dir)
+SUMMARY = "summary.json"
+STATUS = "status.json"
+DEVICES = "devices.json"
+EVAL = "eval.json"
+VIDEOS = "videos"
+CHECKPOINTS = "checkpoints"
+LATEST = "latest"  # in CHECKPOINTS: the pointer to the newest complete checkpoint
+CHECKPOINT_GLOB = "ckpt-*.pt"
+CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d{12})\.pt$")  # a complete checkpoint's file name
+HYDRA = ".hydra"
+OVERRIDES = "overrides.yaml"  # in HYDRA
+WANDB_ID = "wandb_id"
+WANDB = "wandb"
+TENSORBOARD = "tensorboard"  # the default of logger.tensorboard.subdir
+
+
+def checkpoint_stem(frames: int) -> str:
+    """``ckpt-<frames, 12 digits>``: the checkpoint file's name without ``.pt``, and the prefix of
+    its folders."""
+    return f"ckpt-{frames:012d}"
+
+
+def checkpoint_name(frames: int) -> str:
+    return f"{checkpoint_stem(frames)}.pt"
+
+
+def checkpoint_frames(name: str) -> int | None:
+    """The frame count a checkpoint file name holds, or None for any other name."""
+    m = CHECKPOINT_PATTERN.match(name)
+    return int(m.group(1)) if m else None
+
+
+def interrupted_name(metrics: str, n: int) -> str:
+    """The n-th set-aside copy of the metrics file named ``metrics``."""
+    return f"{metrics}.interrupted-{n}"
+
+
+def metrics_name(run_dir: str | os.PathLike) -> str:
+    """The run's metrics file name: ``logger.csv.filename`` of its ``config.yaml``, or
+    :data:`METRICS` when that file is missing or does not say."""
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        return METRICS
+    try:
+        name = OmegaConf.select(OmegaConf.load(path), "logger.csv.filename")
+    except Exception:  # noqa: BLE001 - unreadable or not a mapping: the default name
+        return METRICS
+    return name if isinstance(name, str) and name else METRICS
+
+
+def has_checkpoint(run_dir: str | os.PathLike) -> bool:
+    """Whether ``run_dir/checkpoints`` holds a ``latest`` pointer or a checkpoint file."""
+    ck = Path(run_dir) / CHECKPOINTS
+    return ck.is_dir() and any(
+        p.name == LATEST or fnmatch.fnmatchcase(p.name, CHECKPOINT_GLOB) for p in ck.iterdir()
+    )
+
+
+class RunFolder:
+    """The paths of one run folder (nothing is read or created, except :attr:`metrics`, which
+    reads the run's config for its file name)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunFolder({str(self.path)!r})"
+
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def metrics(self) -> Path:
+        return self.path / metrics_name(self.path)
+
+    @property
+    def summary(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def status(self) -> Path:
+        return self.path / STATUS
+
+    @property
+    def devices(self) -> Path:
+        return self.path / DEVICES
+
+    @property
+    def eval(self) -> Path:
+        return self.path / EVAL
+
+    @property
+    def videos(self) -> Path:
+        return self.path / VIDEOS
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / CHECKPOINTS
+
+    @property
+    def latest(self) -> Path:
+        """The pointer file (it holds the newest checkpoint's name)."""
+        return self.checkpoints / LATEST
+
+    @property
+    def overrides(self) -> Path:
+        return self.path / HYDRA / OVERRIDES
+
+    @property
+    def wandb_id(self) -> Path:
+        return self.path / WANDB_ID
