@@ -21,10 +21,9 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rltool import algos
+from rltool import algos, layout
 from rltool import checkpoint as ckpt
 from rltool import keys as K
-from rltool import layout
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
 from rltool.envs.normalize import ObsNormalizer

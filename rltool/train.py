@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rltool import algos
+from rltool import algos, layout
 from rltool import keys as K
-from rltool import layout
 from rltool.algos.base import Algorithm
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices

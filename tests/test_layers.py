@@ -46,12 +46,6 @@ LAYERS = {
     "rltool/results.py": RUN,
     "rltool/cli/": COMMANDS,
     "rltool/__main__.py": COMMANDS,  # python -m rltool
-    # old names, removed by the restructuring
-    "rltool/ops.py": BASE,  # -> rltool/scan.py
-    "rltool/evaluate.py": RUN,  # -> rltool/evaluation.py
-    "rltool/report.py": RUN,  # -> rltool/results.py and rltool/cli/report.py
-    "rltool/resume.py": RUN,  # -> rltool/cli/resume_argv.py
-    "rltool/cli.py": COMMANDS,  # -> rltool/cli/
 }
 # components that never import an algorithm, not even the registry below them
 PURE = ("rltool/envs/", "rltool/modules/", "rltool/collectors/", "rltool/losses/", "rltool/data/")
