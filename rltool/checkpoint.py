@@ -105,6 +105,13 @@ def _frames_of(path: Path) -> int:
     return int(_NAME.match(path.name).group(1))
 
 
+def save_file(path: Path, payload: dict) -> None:
+    """Writes ``payload`` as one checkpoint file at ``path`` atomically, outside the numbered
+    series (no ``latest``, no pruning): the best policy."""
+    body = {"format": FORMAT, "version": VERSION, **payload, "folders": []}
+    atomic_write(Path(path), lambda f: torch.save(body, f))
+
+
 def save(
     directory: str | os.PathLike,
     frames: int,

@@ -218,12 +218,14 @@ class LoggerConfig:
 @dataclass
 class EvalConfig:
     every_frames: int = 10_000
-    episodes: int = 10
+    episodes: int = 10  # each periodic evaluation
+    final_episodes: int = 50  # the final evaluation, at the end of the budget
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
 
     def __post_init__(self):
         check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
         check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")
+        check(self.final_episodes >= 1, "eval.final_episodes", self.final_episodes, "must be >= 1")
 
 
 @dataclass
@@ -232,6 +234,7 @@ class CheckpointConfig:
 
     every_frames: int | None = 50_000  # null = only at the end and on a signal
     keep: int = 3  # the newest this many are kept
+    save_best: bool = True  # keep the policy of the best evaluation as checkpoints/best.pt
 
     def __post_init__(self):
         if self.every_frames is not None:

@@ -62,8 +62,9 @@ class Restored:
 
 
 def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
-    """The latest checkpoint of ``run_dir``, or the one named by ``checkpoint``: a file name of
-    ``<run>/checkpoints`` (with or without .pt) or its frame count."""
+    """The latest checkpoint of ``run_dir``, or the one named by ``checkpoint``: ``best`` (the
+    policy of the best evaluation), a file name of ``<run>/checkpoints`` (with or without .pt) or
+    its frame count."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run={run_dir}: no such folder; give a run folder (outputs/<date>/<time>)")
@@ -81,8 +82,9 @@ def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
     if not path.is_file():
         have = folder.glob(layout.CHECKPOINT_GLOB) if folder.is_dir() else []
         have = sorted(p.stem for p in have)
+        why = " (written by runs with checkpoint.save_best=true)" if name == layout.BEST else ""
         raise UserError(
-            f"checkpoint {checkpoint!r} not found in {folder}: choose one of "
+            f"checkpoint {checkpoint!r} not found in {folder}{why}: choose one of "
             f"{', '.join(have) or 'none'} (or its frame count)"
         )
     return path
@@ -173,7 +175,7 @@ class LoadedPolicy:
 
 
 def load_policy(run_dir, checkpoint: str | None = None) -> tuple[LoadedPolicy, dict]:
-    """The run's policy (latest or named checkpoint) in exploit mode, and its initial state for
-    one env."""
+    """The run's policy (latest or named checkpoint; ``"best"``: the best evaluation's) in
+    exploit mode, and its initial state for one env."""
     policy = LoadedPolicy(restore(Path(run_dir), checkpoint))
     return policy, policy.initial_state(1)

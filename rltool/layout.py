@@ -13,6 +13,7 @@ spelled once. Light on purpose (no torch, no Hydra)::
         ckpt-<12 digits>.pt          a checkpoint, named by its frame count
         ckpt-<12 digits>.<name>/     a folder saver's files beside it (the replay buffer)
         latest                       the name of the newest complete checkpoint, one line
+        best.pt                      the policy at its best evaluation (checkpoint.save_best)
       .hydra/overrides.yaml          Hydra's record of the launch (and train.log, Hydra's log)
       wandb_id, wandb/, tensorboard/ the loggers' files
       replay/                        a memmap replay buffer without buffer.path (deleted at the end)
@@ -36,10 +37,12 @@ EVAL = "eval.json"
 VIDEOS = "videos"
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"  # in CHECKPOINTS: the pointer to the newest complete checkpoint
+BEST = "best"  # in CHECKPOINTS: best.pt, the policy of the best evaluation (checkpoint=best)
 CHECKPOINT_GLOB = "ckpt-*.pt"
 CHECKPOINT_PATTERN = re.compile(r"^ckpt-(\d{12})\.pt$")  # a complete checkpoint's file name
 HYDRA = ".hydra"
 OVERRIDES = "overrides.yaml"  # in HYDRA
+HYDRA_CONFIG = "hydra.yaml"  # in HYDRA: its runtime.choices say which option each group took
 WANDB_ID = "wandb_id"
 WANDB = "wandb"
 TENSORBOARD = "tensorboard"  # the default of logger.tensorboard.subdir
@@ -135,8 +138,17 @@ class RunFolder:
         return self.checkpoints / LATEST
 
     @property
+    def best(self) -> Path:
+        """The policy at its best evaluation (no optimizer, replay or RNG: not for resuming)."""
+        return self.checkpoints / f"{BEST}.pt"
+
+    @property
     def overrides(self) -> Path:
         return self.path / HYDRA / OVERRIDES
+
+    @property
+    def hydra_config(self) -> Path:
+        return self.path / HYDRA / HYDRA_CONFIG
 
     @property
     def wandb_id(self) -> Path:

@@ -46,6 +46,8 @@ class Counters:
     anchor_frames: int = 0  # the schedule's anchor (see the module docstring)
     anchor_progress: float = 0.0
     total_frames: int = 1  # the budget the anchor refers to
+    best_return: float | None = None  # the best evaluation's mean return so far, and when
+    best_frames: int | None = None
 
 
 def rng_state() -> dict:
@@ -222,6 +224,25 @@ class Session:
                 f"continue with: rltool train resume={self.run_dir}",
                 EXIT_PREEMPTED,
             )
+
+    def record_eval(self, ret: float) -> None:
+        """Keeps the best evaluation (mean return ``ret`` now); with ``checkpoint.save_best``,
+        an evaluation that beats it writes the policy (and the observation statistics it was
+        evaluated with) as ``checkpoints/best.pt``. The first of equal bests is kept."""
+        c = self.counters
+        if ret != ret or (c.best_return is not None and ret <= c.best_return):  # nan, or no better
+            return
+        c.best_return, c.best_frames = float(ret), c.frames
+        if self.cfg.checkpoint.save_best:
+            parts, _ = state_parts(self.run)
+            state = {k: parts[k].state_dict() for k in ("policy", "obs_norm") if k in parts}
+            payload = {
+                "counters": dataclasses.asdict(c),
+                "config": _plain(self.cfg),
+                "state": state,
+            }
+            self.dir.mkdir(parents=True, exist_ok=True)
+            ckpt.save_file(layout.RunFolder(self.run_dir).best, payload)
 
     def save(self) -> Path:
         """Writes a checkpoint of the run now (never a non-finite model)."""

@@ -172,9 +172,12 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
                 **update(run, batch, session.progress(), c.frames),
             }
             t2 = time.perf_counter()
-            if c.frames >= c.next_eval or c.frames >= cfg.total_frames:
-                row |= evaluate(run.policy, run.eval_env, eval_seed)
+            final = c.frames >= cfg.total_frames  # the final evaluation: more episodes
+            if c.frames >= c.next_eval or final:
+                episodes = cfg.eval.final_episodes if final else cfg.eval.episodes
+                row |= evaluate(run.policy, run.eval_env, eval_seed, episodes)
                 c.next_eval += cfg.eval.every_frames
+                session.record_eval(row["eval/return_mean"])  # the best policy, when it is
             t3 = time.perf_counter()
             row |= {
                 "time/collect_s": t1 - t0,
@@ -194,7 +197,9 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     summary = {
         "frames": c.frames,
         "wall_time_s": session.elapsed(),
-        **{k: v for k, v in row.items() if k.startswith("eval/")},
+        **{k: v for k, v in row.items() if k.startswith("eval/")},  # the final evaluation
+        "best_eval/return_mean": c.best_return,  # the best of every evaluation, final included
+        "best_eval/frames": c.best_frames,
     }
     (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary

@@ -156,7 +156,7 @@ def test_eval_bad_input_is_one_line(lstm_run, tmp_path, capsys):
     )
     broken = tmp_path / "broken"
     shutil.copytree(lstm_run, broken)
-    (ckpt,) = (broken / "checkpoints").glob("*.pt")
+    (ckpt,) = (broken / "checkpoints").glob("ckpt-*.pt")
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # truncated
     one_error([f"run={broken}"], "is truncated")
     torch.save({"policy": FixedLength}, ckpt)  # a pickled class: refused, never run

@@ -1,6 +1,7 @@
 """``rltool eval run=<dir> [episodes=10] [video=true] ...``: evaluate a trained run.
 
-Loads the latest (or ``checkpoint=<name>``) checkpoint safely, runs the evaluation protocol of
+Loads the latest checkpoint (or ``checkpoint=<name>``; ``checkpoint=best``: the policy of the
+best evaluation during training) safely, runs the evaluation protocol of
 :mod:`rltool.evaluation` (exploit, sequential recurrent state, frozen normalisation), prints the
 return and length statistics and writes them, with every episode, to ``<run>/eval.json``.
 ``video=true`` records episodes of the first env with gymnasium's RecordVideo (rgb_array envs;
@@ -22,7 +23,9 @@ from rltool.layout import RunFolder
 @dataclass
 class EvalArgs:
     run: str = ""
-    checkpoint: str | None = None  # a file of <run>/checkpoints or its frames; default: latest
+    checkpoint: str | None = (
+        None  # best, a file of <run>/checkpoints or its frames; default: latest
+    )
     episodes: int = 10
     num_envs: int | None = None  # default: min(episodes, 8)
     seed: int | None = None  # default: the run's seed + eval.seed_offset (training's eval seed)
