@@ -2,9 +2,13 @@
 
 A run folder (:mod:`rltool.layout`) holds ``config.yaml``, the metrics file (``metrics.csv``, or
 the run's ``logger.csv.filename``), ``summary.json`` (written by training), ``status.json`` (the
-job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped
-into settings by their overrides minus the seed; overrides shared by every run are left out of
-the setting's name when there are several settings.
+job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped into settings by their
+overrides minus the seed (overrides shared by every run are left out of the setting's name when
+there are several settings), or with ``by`` by the values of config keys: a group name (``env``,
+``policy``) means the option the run took, any other key its value in ``config.yaml``.
+
+A setting's row is a population: the final evaluations of its seeds (mean, min, 10th percentile,
+median, max; the count at or above a goal) and the best periodic evaluation of each seed.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +54,34 @@ class RunInfo:
     @property
     def seed_free(self) -> tuple[str, ...]:
         return tuple(o for o in self.overrides if o.lstrip("+~").split("=")[0] != "seed")
+
+    @cached_property
+    def config(self) -> dict:
+        return _load_yaml(RunFolder(self.path).config)
+
+    @cached_property
+    def choices(self) -> dict:
+        """The option each config group took (Hydra's runtime.choices), e.g. env: cartpole."""
+        hydra = _load_yaml(RunFolder(self.path).hydra_config)
+        return ((hydra.get("hydra") or {}).get("runtime") or {}).get("choices") or {}
+
+    def value(self, key: str):
+        """A group's option, or a config key's value (dotted), or None."""
+        if key in self.choices:
+            return self.choices[key]
+        node = self.config
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    @cached_property
+    def best_eval(self) -> float:
+        """The best evaluation's mean return (summary.json; older runs: from the metrics)."""
+        best = self.summary.get("best_eval/return_mean")
+        if best is None:
+            _, ys = eval_curve(self)
+            best = float(ys.max()) if len(ys) else math.nan
+        return best
 
 
 @dataclass
@@ -109,7 +142,24 @@ def _read_run(d: Path) -> RunInfo:
     return RunInfo(d, list(overrides or []), status, st.get("error"), summary)
 
 
-def group_runs(runs: list[RunInfo]) -> list[Setting]:
+def _load_yaml(path: Path) -> dict:
+    try:
+        out = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}
+    except Exception:  # noqa: BLE001 - an unreadable file says nothing
+        return {}
+    return out if isinstance(out, dict) else {}
+
+
+def group_runs(runs: list[RunInfo], by: list[str] | None = None) -> list[Setting]:
+    """Settings in the order their first run was found: by the ``by`` keys' values, or by the
+    overrides minus the seed."""
+    if by:
+        settings: dict[tuple, Setting] = {}
+        for r in runs:
+            values = tuple(r.value(k) for k in by)
+            name = " ".join(f"{k}={_short(v)}" for k, v in zip(by, values, strict=True))
+            settings.setdefault(tuple(map(str, values)), Setting(name)).runs.append(r)
+        return list(settings.values())
     keys = list(dict.fromkeys(r.seed_free for r in runs))
     common = set.intersection(*(set(k) for k in keys)) if len(keys) > 1 else set()
     settings: dict[tuple, Setting] = {}
@@ -119,29 +169,60 @@ def group_runs(runs: list[RunInfo]) -> list[Setting]:
     return list(settings.values())
 
 
-def _mean_std(xs: list[float]) -> tuple[float, float]:
-    xs = [x for x in xs if x is not None and math.isfinite(x)]
+def _short(v) -> str:
+    return "-" if v is None else str(v).replace(" ", "")
+
+
+def _finite(xs) -> list[float]:
+    return [float(x) for x in xs if x is not None and math.isfinite(x)]
+
+
+def population(xs: list[float], goal: float | None = None) -> dict[str, float]:
+    """mean, min, p10 (numpy's linear interpolation), median, max of the finite ``xs``, and
+    ``at_goal``: how many are >= ``goal`` (None without a goal)."""
+    xs = _finite(xs)
     if not xs:
-        return math.nan, math.nan
-    return float(np.mean(xs)), float(np.std(xs, ddof=1)) if len(xs) > 1 else 0.0
+        stats = dict.fromkeys(("mean", "min", "p10", "median", "max"), math.nan)
+    else:
+        a = np.asarray(xs)
+        stats = {
+            "mean": float(a.mean()),
+            "min": float(a.min()),
+            "p10": float(np.percentile(a, 10)),
+            "median": float(np.median(a)),
+            "max": float(a.max()),
+        }
+    return stats | {"at_goal": None if goal is None else sum(x >= goal for x in xs)}
 
 
-def rows(settings: list[Setting]) -> list[dict]:
+def _budget(runs: list[RunInfo]) -> float:
+    """The frame budget (total_frames) of the runs: one number, or nan when they differ."""
+    budgets = {r.value("total_frames") for r in runs} - {None}
+    return float(budgets.pop()) if len(budgets) == 1 else math.nan
+
+
+def rows(settings: list[Setting], goal: float | None = None) -> list[dict]:
+    """One dict per setting: seeds, budget, the final evals' population (``final_*``), the count
+    at the goal, the mean over seeds of each seed's best evaluation, wall time and status."""
     out = []
     for s in settings:
-        ret_mean, ret_std = _mean_std([r.summary.get("eval/return_mean") for r in s.runs])
+        final = population([r.summary.get("eval/return_mean") for r in s.runs], goal)
         counts: dict[str, int] = {}
         for r in s.runs:
             counts[r.status] = counts.get(r.status, 0) + 1
         errors = sorted({r.error for r in s.runs if r.error})
+        walls = _finite(r.summary.get("wall_time_s") for r in s.runs)
+        best = _finite(r.best_eval for r in s.runs)
         out.append(
             {
                 "setting": s.name,
                 "seeds": len(s.runs),
-                "return_mean": ret_mean,
-                "return_std": ret_std,
-                "frames": _mean_std([r.summary.get("frames") for r in s.runs])[0],
-                "wall_time_s": _mean_std([r.summary.get("wall_time_s") for r in s.runs])[0],
+                "frames": _budget(s.runs),
+                **{f"final_{k}": v for k, v in final.items() if k != "at_goal"},
+                "at_goal": final["at_goal"],
+                "goal": goal,
+                "best_mean": float(np.mean(best)) if best else math.nan,
+                "wall_time_s": float(np.mean(walls)) if walls else math.nan,
                 "status": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
                 "error": "; ".join(errors),
             }
@@ -149,33 +230,32 @@ def rows(settings: list[Setting]) -> list[dict]:
     return out
 
 
-def _fmt(x: float, spec: str) -> str:
+def _fmt(x, spec: str) -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, spec)
 
 
-def _pm(mean: float, std: float) -> str:
-    return "-" if not math.isfinite(mean) else f"{mean:.1f} +- {std:.1f}"
+def _cells(r: dict) -> list[str]:
+    cells = [r["setting"], str(r["seeds"]), _fmt(r["frames"], ",.0f")]
+    cells += [_fmt(r[f"final_{k}"], ".1f") for k in ("mean", "min", "p10", "median", "max")]
+    if r["goal"] is not None:
+        cells.append(f"{r['at_goal']}/{r['seeds']}")
+    cells += [_fmt(r["best_mean"], ".1f"), _fmt(r["wall_time_s"], ".0f")]
+    return [*cells, r["status"] + (f" ({r['error']})" if r["error"] else "")]
 
 
 def format_table(table: list[dict], fmt: str = "table") -> str:
+    """``table`` (aligned columns), ``markdown`` or ``csv`` (every field of :func:`rows`)."""
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(table[0]))
         w.writeheader()
         w.writerows(table)
         return buf.getvalue().rstrip("\n")
-    head = ["setting", "seeds", "final eval return", "frames", "wall time", "status"]
-    body = [
-        [
-            r["setting"],
-            str(r["seeds"]),
-            _pm(r["return_mean"], r["return_std"]),
-            _fmt(r["frames"], ",.0f"),
-            _fmt(r["wall_time_s"], ".1f") + " s" * math.isfinite(r["wall_time_s"]),
-            r["status"] + (f" ({r['error']})" if r["error"] else ""),
-        ]
-        for r in table
-    ]
+    head = ["setting", "seeds", "frames", "final mean", "min", "p10", "median", "max"]
+    if table[0]["goal"] is not None:
+        head.append(f">= {table[0]['goal']:g}")
+    head += ["best eval", "wall s", "status"]
+    body = [_cells(r) for r in table]
     if fmt == "markdown":
         lines = [head, ["---"] * len(head), *body]
         return "\n".join(

@@ -1,5 +1,8 @@
-"""``rltool report <dirs...> [--format table|markdown|csv]``: one row per setting of the runs found
-in run or sweep folders (see :mod:`rltool.results`)."""
+"""``rltool report <dirs...> [--by KEYS] [--goal G] [--format table|markdown|csv]``: one row per
+setting of the runs found in run or sweep folders (see :mod:`rltool.results`): the frame budget,
+the final evaluations over seeds (mean, min, 10th percentile, median, max), how many seeds reach
+the goal, and the mean over seeds of each seed's best periodic evaluation ("best eval": the best
+of greedy evaluations along the way, not the final policy's)."""
 
 from __future__ import annotations
 
@@ -9,8 +12,15 @@ from rltool.results import find_runs, format_table, group_runs, rows
 
 def report_main(argv: list[str]) -> int:
     p = ArgParser(prog="rltool report", description="Table of run / sweep folders.")
-    p.add_argument("dirs", nargs="+")
+    p.add_argument("dirs", nargs="+", help="run or sweep folders, read into one table")
+    p.add_argument(
+        "--by",
+        help="group by these keys, comma-separated: config groups (env,policy) take the option "
+        "each run chose, other keys (loss.gamma) their value; default: the overrides minus seed",
+    )
+    p.add_argument("--goal", type=float, help="count the seeds whose final eval is >= this")
     p.add_argument("--format", choices=("table", "markdown", "csv"), default="table")
     a = p.parse_args(argv)
-    print(format_table(rows(group_runs(find_runs(a.dirs))), a.format))
+    by = [k.strip() for k in a.by.split(",") if k.strip()] if a.by else None
+    print(format_table(rows(group_runs(find_runs(a.dirs), by), a.goal), a.format))
     return 0
