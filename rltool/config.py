@@ -275,6 +275,11 @@ class Config:
             f"must be a multiple of env.num_envs={n}",
         )
         algo = algos.get(self.loss.name)
+        if not isinstance(self.loss, algo.config):  # loss.name=... set instead of loss=...
+            raise ConfigError(
+                f"loss.name={algo.name!r} does not match the loss options chosen "
+                f"({type(self.loss).__name__}): choose the algorithm with loss={algo.name}"
+            )
         q_heads = [f"loss={a.name}" for a in algos.specs() if "q" in a.heads]
         check(
             not self.policy.dueling or "q" in algo.heads,

@@ -4,6 +4,7 @@ run's one-page files never name an algorithm."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -95,7 +96,7 @@ def cfg(env_id="CartPole-v1", **kw) -> Config:
         buffer=BufferConfig(),
         optim=OptimConfig(lr=0.05),
         logger=LoggerConfig(progress="none"),
-        eval=EvalConfig(every_frames=32, episodes=2),
+        eval=EvalConfig(every_frames=32, episodes=2, final_episodes=3),
         checkpoint=CheckpointConfig(every_frames=32),
         total_frames=96,
     )
@@ -116,8 +117,8 @@ def test_a_registered_algorithm_trains_checkpoints_resumes_and_evaluates(
     assert [r["frames"] for r in got] == [str(16 * i) for i in range(1, 7)]
     assert [r["updates"] for r in got] == [str(i) for i in range(1, 7)]
     assert float(got[0]["loss_policy"]) != 0 and "return_to_go" in got[0]
-    # evaluated: two greedy episodes of at most 5 steps (the time limit), 1 reward a step
-    assert summary["eval/episodes"] == 2
+    # the final evaluation: 3 greedy episodes of at most 5 steps (the time limit), 1 reward a step
+    assert summary["eval/episodes"] == 3
     assert summary["eval/return_mean"] == summary["eval/length_mean"] <= 5
     body = ckpt.load(ckpt.latest(a / "checkpoints"))
     assert body["state"]["reinforce"] == {"count": 6}
@@ -180,6 +181,8 @@ def test_its_config_is_checked_and_unknown_algorithms_are_one_line(reinforce):
         cfg(loss=ReinforceConfig(gamma=1.5))
     with pytest.raises(ConfigError, match=r"dueling head is a Q-network's \(loss=dqn\)"):
         cfg(policy=PolicyConfig(hidden_sizes=[], dueling=True))
+    with pytest.raises(ConfigError, match=r"loss.name='ppo' does not match .* loss=ppo"):
+        cfg(loss=dataclasses.replace(ReinforceConfig(), name="ppo"))
     algos.unregister("reinforce")
     with pytest.raises(ConfigError, match=r"loss.name='reinforce' names no algorithm: choose one"):
         cfg()

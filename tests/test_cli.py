@@ -8,7 +8,12 @@ from conftest import metric_rows, run_cli
 
 def test_train_tiny_budget_writes_run_dir(tmp_path):
     r = run_cli(
-        "train", "total_frames=512", "eval.episodes=2", "logger.progress=lines", cwd=tmp_path
+        "train",
+        "total_frames=512",
+        "eval.episodes=2",
+        "eval.final_episodes=2",
+        "logger.progress=lines",
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     runs = list((tmp_path / "outputs").glob("*/*"))

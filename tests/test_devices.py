@@ -118,6 +118,7 @@ def test_train_prints_and_records_the_resolved_devices(tmp_path):
         "total_frames=64",
         "collector.frames_per_batch=64",
         "eval.episodes=1",
+        "eval.final_episodes=1",
         "collector.device=cpu",
         "collector.storing_device=cpu",
         "hydra.run.dir=run",

@@ -56,6 +56,7 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
         "buffer.storage=memmap",
         "total_frames=768",
         "eval.episodes=2",
+        "eval.final_episodes=2",
         "logger.progress=none",
         f"hydra.run.dir={run_dir}",
         cwd=tmp_path,

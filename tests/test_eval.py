@@ -74,6 +74,7 @@ def lstm_run(tmp_path_factory):
         "collector.frames_per_batch=256",
         "eval.every_frames=512",
         "eval.episodes=2",
+        "eval.final_episodes=2",
         "loss.epochs=2",
         "logger.progress=none",
         f"hydra.run.dir={run}",

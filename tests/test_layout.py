@@ -24,6 +24,7 @@ TINY = [
     "total_frames=256",
     "eval.every_frames=128",
     "eval.episodes=2",
+    "eval.final_episodes=2",
     "loss.epochs=2",
     "logger.progress=none",
     "collector.frames_per_batch=128",

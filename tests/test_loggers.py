@@ -17,6 +17,7 @@ TINY = [
     "collector.frames_per_batch=128",
     "eval.every_frames=128",
     "eval.episodes=2",
+    "eval.final_episodes=2",
     "loss.epochs=2",
     "logger.progress=none",
 ]

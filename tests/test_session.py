@@ -39,7 +39,7 @@ def pendulum(**kw) -> Config:
         collector=CollectorConfig(frames_per_batch=64),
         optim=OptimConfig(anneal_lr=True),
         logger=LoggerConfig(progress="none"),
-        eval=EvalConfig(every_frames=128, episodes=2),
+        eval=EvalConfig(every_frames=128, episodes=2, final_episodes=2),
         checkpoint=CheckpointConfig(every_frames=128),
         total_frames=384,
         **kw,

@@ -20,6 +20,7 @@ BASE = [
     "total_frames=256",
     "eval.every_frames=128",
     "eval.episodes=2",
+    "eval.final_episodes=2",
     "loss.epochs=2",
     "logger.progress=none",
 ]

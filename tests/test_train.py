@@ -17,6 +17,7 @@ def test_same_seed_same_metrics_and_another_seed_differs(tmp_path):
             "total_frames=768",
             "eval.every_frames=512",
             "eval.episodes=2",
+            "eval.final_episodes=2",
             "logger.progress=none",
             "loss.epochs=2",
         )
@@ -70,6 +71,7 @@ def test_user_env_module_from_working_directory_in_async_workers(tmp_path):
         "collector.frames_per_batch=64",
         "total_frames=128",
         "eval.episodes=2",
+        "eval.final_episodes=2",
         cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
@@ -89,6 +91,7 @@ def test_target_kl_stops_the_epochs_once_the_policy_has_moved(tmp_path):
         cfg = make_cfg(
             "total_frames=512",
             "eval.episodes=2",
+            "eval.final_episodes=2",
             "logger.progress=none",
             "optim.lr=0.05",
             "optim.anneal_lr=false",
