@@ -217,12 +217,15 @@ class LoggerConfig:
 
 @dataclass
 class EvalConfig:
-    every_frames: int = 10_000
+    # null: 10,000, or total_frames // 5 when the budget is under 50,000 (at least 5 evaluations
+    # and the final one; runs of 50,000 frames or more evaluate as before)
+    every_frames: int | None = None
     episodes: int = 10
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
 
     def __post_init__(self):
-        check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
+        if self.every_frames is not None:
+            check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
         check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")
 
 
@@ -264,6 +267,8 @@ class Config:
         check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")
         check(self.num_threads >= 1, "num_threads", self.num_threads, "must be >= 1")
         check(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        if self.eval.every_frames is None:
+            self.eval.every_frames = default_eval_every(self.total_frames)
         fpb, n = self.collector.frames_per_batch, self.env.num_envs
         check(
             fpb % n == 0,
@@ -282,6 +287,16 @@ class Config:
         )
         if algo.check is not None:
             algo.check(self)
+
+
+EVAL_EVERY = 10_000  # eval.every_frames for budgets of SMALL_BUDGET frames or more
+SMALL_BUDGET = 50_000
+
+
+def default_eval_every(total_frames: int) -> int:
+    """``eval.every_frames`` when not set: a fifth of a small budget, so that a short run still
+    draws a curve (evaluation draws nothing from the training RNG: the training is the same)."""
+    return EVAL_EVERY if total_frames >= SMALL_BUDGET else max(1, total_frames // 5)
 
 
 SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
