@@ -313,11 +313,41 @@ def register_configs() -> None:
     """Store the schemas: ``base_<group>`` for each group, ``base_<name>`` for each algorithm's
     loss config."""
     cs = ConfigStore.instance()
+    OmegaConf.register_new_resolver("rltool_groups", _groups_help, replace=True)
     cs.store(name="base_config", node=Config)
     for group, schema in SCHEMAS.items():
         cs.store(group=group, name=f"base_{group}", node=schema)
     for algo in algos.specs():
         cs.store(group="loss", name=f"base_{algo.name}", node=algo.config)
+
+
+SCHEMA_PREFIX = "base_"  # the stored schemas' option names: internal, never offered
+
+
+def options(group: str) -> list[str]:
+    """The options a user may choose for ``group`` (``conf/<group>/*.yaml`` and stored nodes),
+    without the schemas."""
+    from pathlib import Path
+
+    names = {p.stem for p in (Path(conf_dir()) / group).glob("*.yaml")}
+    node = ConfigStore.instance().repo
+    for part in group.split("/"):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        names |= {k.removesuffix(".yaml") for k in node if k.endswith(".yaml")}
+    return sorted(n for n in names if not n.startswith(SCHEMA_PREFIX))
+
+
+def groups() -> list[str]:
+    """The config groups a user chooses options of (``conf/<group>/``)."""
+    from pathlib import Path
+
+    return sorted(p.name for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name != "hydra")
+
+
+def _groups_help() -> str:
+    """``rltool train --help``'s list of groups and options (Hydra's own lists the schemas)."""
+    return "\n".join(f"{g}: {', '.join(options(g))}" for g in groups())
 
 
 def to_config(cfg: DictConfig) -> Config:

@@ -9,7 +9,7 @@ import hydra
 from omegaconf import DictConfig
 
 from rltool import sweep
-from rltool.cli.resume_argv import cleanup, resume_args
+from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
 from rltool.config import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.sweep import current_job, run_job
@@ -36,6 +36,7 @@ def train_app(dcfg: DictConfig) -> float | None:
 def train_cmd(argv: list[str]) -> int:
     """``rltool train``; after a sweep, exit status 1 (EXIT_JOB_FAILED) if a job failed.
     ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first."""
+    check_no_schema(argv)  # base_<group> is for the resume rewrite below, never the user's
     args, tmp = resume_args(argv)
     sweep.LAST_SWEEP = None
     sys.argv = ["rltool-train", *args]  # Hydra parses sys.argv
