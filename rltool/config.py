@@ -217,13 +217,16 @@ class LoggerConfig:
 
 @dataclass
 class EvalConfig:
-    every_frames: int = 10_000
+    # null: 10,000, or total_frames // 5 when the budget is under 50,000 (at least 5 evaluations
+    # and the final one; runs of 50,000 frames or more evaluate as before)
+    every_frames: int | None = None
     episodes: int = 10  # each periodic evaluation
     final_episodes: int = 50  # the final evaluation, at the end of the budget
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
 
     def __post_init__(self):
-        check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
+        if self.every_frames is not None:
+            check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
         check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")
         check(self.final_episodes >= 1, "eval.final_episodes", self.final_episodes, "must be >= 1")
 
@@ -267,6 +270,8 @@ class Config:
         check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")
         check(self.num_threads >= 1, "num_threads", self.num_threads, "must be >= 1")
         check(self.seed >= 0, "seed", self.seed, "must be >= 0")
+        if self.eval.every_frames is None:
+            self.eval.every_frames = default_eval_every(self.total_frames)
         fpb, n = self.collector.frames_per_batch, self.env.num_envs
         check(
             fpb % n == 0,
@@ -292,6 +297,16 @@ class Config:
             algo.check(self)
 
 
+EVAL_EVERY = 10_000  # eval.every_frames for budgets of SMALL_BUDGET frames or more
+SMALL_BUDGET = 50_000
+
+
+def default_eval_every(total_frames: int) -> int:
+    """``eval.every_frames`` when not set: a fifth of a small budget, so that a short run still
+    draws a curve (evaluation draws nothing from the training RNG: the training is the same)."""
+    return EVAL_EVERY if total_frames >= SMALL_BUDGET else max(1, total_frames // 5)
+
+
 SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
     "env": EnvConfig,
     "policy": PolicyConfig,
@@ -306,11 +321,41 @@ def register_configs() -> None:
     """Store the schemas: ``base_<group>`` for each group, ``base_<name>`` for each algorithm's
     loss config."""
     cs = ConfigStore.instance()
+    OmegaConf.register_new_resolver("rltool_groups", _groups_help, replace=True)
     cs.store(name="base_config", node=Config)
     for group, schema in SCHEMAS.items():
         cs.store(group=group, name=f"base_{group}", node=schema)
     for algo in algos.specs():
         cs.store(group="loss", name=f"base_{algo.name}", node=algo.config)
+
+
+SCHEMA_PREFIX = "base_"  # the stored schemas' option names: internal, never offered
+
+
+def options(group: str) -> list[str]:
+    """The options a user may choose for ``group`` (``conf/<group>/*.yaml`` and stored nodes),
+    without the schemas."""
+    from pathlib import Path
+
+    names = {p.stem for p in (Path(conf_dir()) / group).glob("*.yaml")}
+    node = ConfigStore.instance().repo
+    for part in group.split("/"):
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        names |= {k.removesuffix(".yaml") for k in node if k.endswith(".yaml")}
+    return sorted(n for n in names if not n.startswith(SCHEMA_PREFIX))
+
+
+def groups() -> list[str]:
+    """The config groups a user chooses options of (``conf/<group>/``)."""
+    from pathlib import Path
+
+    return sorted(p.name for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name != "hydra")
+
+
+def _groups_help() -> str:
+    """``rltool train --help``'s list of groups and options (Hydra's own lists the schemas)."""
+    return "\n".join(f"{g}: {', '.join(options(g))}" for g in groups())
 
 
 def to_config(cfg: DictConfig) -> Config:

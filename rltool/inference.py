@@ -141,8 +141,22 @@ class LoadedPolicy:
 
     @torch.no_grad()
     def __call__(self, observation, state: dict, reward=None):
-        single = np.shape(observation) == self._space.shape
+        want, shape = tuple(self._space.shape), tuple(np.shape(observation))
+        single = shape == want
+        if not single and (len(shape) != len(want) + 1 or shape[1:] != want):
+            raise UserError(
+                f"observation of shape {list(shape)} does not fit this policy: give one raw env "
+                f"observation of shape {list(want)} or a batch of shape [B, "
+                f"{', '.join(map(str, want))}]".replace(", ]", "]")
+            )
         raw = np.asarray(observation)[None] if single else np.asarray(observation)
+        batch = raw.shape[0]
+        for k, v in state.items():
+            if v.shape[0] != batch:
+                raise UserError(
+                    f"state[{k!r}] is for {v.shape[0]} env(s) but {batch} observation(s) came: "
+                    f"start from policy.initial_state({batch})"
+                )
         obs = self._env._obs(raw)  # the env layer's conversion; frozen normalisation (eval env)
         inputs = {K.OBSERVATION: obs}
         for k in self.module.input_specs:

@@ -7,6 +7,7 @@ spelled once. Light on purpose (no torch, no Hydra)::
       metrics.csv.interrupted-<n>    a sweep job's old rows, set aside when it started again
       summary.json                   the final eval and the wall time
       status.json                    the job's status (rltool.sweep)
+      .lock                          held (flock) by the process writing the folder: host, pid
       devices.json                   where the env, the policy, the rollouts and the loss ran
       eval.json, videos/             rltool eval's result and recordings
       checkpoints/
@@ -32,6 +33,8 @@ CONFIG = "config.yaml"
 METRICS = "metrics.csv"  # the default of logger.csv.filename; a run's own: metrics_name(run_dir)
 SUMMARY = "summary.json"
 STATUS = "status.json"
+LOCK = ".lock"  # the run folder's writer lock (rltool.runlock): host and pid of the holder
+LOG = "train.log"  # Hydra's job log (hydra.job.name=train); the run's end line goes there too
 DEVICES = "devices.json"
 EVAL = "eval.json"
 VIDEOS = "videos"
@@ -115,6 +118,14 @@ class RunFolder:
     @property
     def status(self) -> Path:
         return self.path / STATUS
+
+    @property
+    def lock(self) -> Path:
+        return self.path / LOCK
+
+    @property
+    def log(self) -> Path:
+        return self.path / LOG
 
     @property
     def devices(self) -> Path:

@@ -28,7 +28,6 @@ from omegaconf import OmegaConf
 from rltool import layout
 from rltool.errors import UserError
 from rltool.layout import RunFolder
-from rltool.sweep import read_status
 
 _SKIP_PARTS = {
     ".submitit",
@@ -99,9 +98,17 @@ def _skipped(c: Path, top: Path) -> bool:
     return bool(_SKIP_PARTS & set(c.relative_to(top).parts))
 
 
-def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
-    """Every run folder at or below ``dirs``; raises UserError when there is none."""
-    runs, seen = [], set()
+class Unreadable(Exception):
+    """A folder that looks like a run but whose files cannot be read (one line: which and why)."""
+
+
+def find_runs(
+    dirs: Iterable[str], unreadable: list[tuple[Path, str]] | None = None
+) -> list[RunInfo]:
+    """Every readable run folder at or below ``dirs``; raises UserError when there is none.
+    Folders whose files cannot be read are never runs: each is appended to ``unreadable`` as
+    (folder, why)."""
+    runs, seen, bad = [], set(), []
     for d in map(Path, dirs):
         if not d.is_dir():
             raise UserError(
@@ -115,11 +122,17 @@ def find_runs(dirs: Iterable[str]) -> list[RunInfo]:
         for c in cands:
             if c.resolve() not in seen and not _skipped(c, d):
                 seen.add(c.resolve())
-                runs.append(_read_run(c))
+                try:
+                    runs.append(_read_run(c))
+                except Unreadable as e:
+                    bad.append((c, str(e)))
+    if unreadable is not None:
+        unreadable.extend(bad)
     if not runs:
+        more = f" ({len(bad)} unreadable folder(s) left out)" if bad else ""
         raise UserError(
-            f"no runs found in {', '.join(map(str, dirs))}: give folders made by rltool train "
-            "(each run holds metrics.csv and status.json)"
+            f"no runs found in {', '.join(map(str, dirs))}{more}: give folders made by "
+            "rltool train (each run holds metrics.csv and status.json)"
         )
     return runs
 
@@ -128,16 +141,49 @@ def _natural(p: Path):
     return [(0, int(s), "") if s.isdigit() else (1, 0, s) for s in p.parts]
 
 
+def _json(path: Path) -> dict | None:
+    """A JSON object file: None when missing; :class:`Unreadable` when it does not parse."""
+    if not path.exists():
+        return None
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise Unreadable(f"{path.name} is not JSON ({type(e).__name__})") from None
+    if not isinstance(value, dict):
+        raise Unreadable(f"{path.name} does not hold a JSON object")
+    return value
+
+
 def _read_run(d: Path) -> RunInfo:
-    st = read_status(d) or {}
-    overrides = st.get("overrides")
+    """The run in ``d``; :class:`Unreadable` when one of its files does not parse (a
+    ``config.yaml`` that is not YAML, a metrics file without a ``frames`` column, a status or
+    summary that is not JSON), or when nothing in it says what the run is."""
     run = RunFolder(d)
+    for path in (run.config, run.overrides):
+        if path.is_file():
+            try:
+                node = OmegaConf.load(path)
+            except Exception as e:  # noqa: BLE001 - YAML errors of every kind
+                raise Unreadable(f"{path.name} is not YAML ({type(e).__name__})") from None
+            is_config = path == run.config
+            if not (OmegaConf.is_dict(node) if is_config else OmegaConf.is_list(node)):
+                raise Unreadable(f"{path.name} does not hold a {'config' if is_config else 'list'}")
+    st = _json(run.status) or {}
+    summary = _json(run.summary) or {}
+    metrics = run.metrics
+    if metrics.is_file():
+        try:
+            with metrics.open(newline="") as f:
+                header = next(csv.reader(f), [])
+        except (OSError, UnicodeDecodeError, csv.Error) as e:
+            raise Unreadable(f"{metrics.name} is not readable ({type(e).__name__})") from None
+        if "frames" not in header:
+            raise Unreadable(f"{metrics.name} is not an rltool metrics file (no frames column)")
+    if not st.get("status") and not summary and not metrics.is_file():
+        raise Unreadable("no status.json, summary.json or metrics file says what this run is")
+    overrides = st.get("overrides")
     if run.overrides.is_file():
         overrides = [str(o) for o in OmegaConf.load(run.overrides)]
-    try:
-        summary = json.loads(run.summary.read_text())
-    except (OSError, ValueError):
-        summary = {}
     status = st.get("status") or ("done" if summary else "unknown")
     return RunInfo(d, list(overrides or []), status, st.get("error"), summary)
 

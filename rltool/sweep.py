@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from rltool import runlock
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
 from rltool.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
 
@@ -184,9 +185,15 @@ class SweepResult:
     done: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # (job, error)
     other: list[tuple[str, str]] = field(default_factory=list)  # (job, status)
+    # jobs another live process holds (its lock): skipped here, neither done nor failed
+    elsewhere: list[str] = field(default_factory=list)
 
     def line(self) -> str:
         parts = [f"{len(self.done)} done"]
+        if self.elsewhere:
+            parts.append(
+                f"{len(self.elsewhere)} running elsewhere (skipped: {', '.join(self.elsewhere)})"
+            )
         if self.failed:
             parts.append(
                 f"{len(self.failed)} failed: " + "; ".join(f"{j} ({e})" for j, e in self.failed)
@@ -212,6 +219,8 @@ def sweep_result(sweep_dir: Path) -> SweepResult:
             res.done.append(name)
         elif st.get("status") == "failed":
             res.failed.append((name, st.get("error") or "unknown error"))
+        elif st.get("status") == "running" and runlock.held_elsewhere(path.parent):
+            res.elsewhere.append(name)
         else:
             res.other.append((name, st.get("status", "unreadable")))
     return res

@@ -28,7 +28,7 @@ from rltool.config import Config
 from rltool.envs import VectorEnv, make_env
 from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
-from rltool.logging import make_loggers
+from rltool.logging import check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
 from rltool.session import Session
 
@@ -149,6 +149,7 @@ def episode_stats(batch) -> dict[str, float]:
 def train(cfg: Config, run_dir: Path) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv, checkpoints and summary.json in
     ``run_dir``. Continues ``cfg.resume``'s latest checkpoint when set."""
+    check_packages(cfg.logger)  # a missing optional package: refused before anything is built
     run = build(cfg, run_dir)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)

@@ -105,3 +105,22 @@ def test_bad_input_in_process_is_exit_2_and_names_no_bug(tmp_path, capsys):
         assert main(["train", *args, f"hydra.run.dir={tmp_path}"]) == EXIT_USAGE
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and "bug" not in err, err
+
+
+def test_schemas_are_no_options(tmp_path):
+    r = run_cli("train", "--help", cwd=tmp_path)
+    assert r.returncode == 0 and "base_" not in r.stdout
+    assert "policy: gru, lstm, mlp" in r.stdout and "loss: dqn, ppo" in r.stdout
+    for arg, options in (
+        ("policy=base_policy", "gru, lstm, mlp"),
+        ("env=base_env", "cartpole, cartpole_pomdp, gym, pendulum"),
+        ("loss=base_dqn", "dqn, ppo"),
+        ("policy=nope", "gru, lstm, mlp"),
+    ):
+        r = run_cli("train", arg, cwd=tmp_path)
+        assert r.returncode == 2
+        group, name = arg.split("=")
+        assert r.stderr.strip() == (
+            f"rltool train: error: unknown option {group}={name}: choose one of {options}"
+        )
+    assert list(tmp_path.iterdir()) == []

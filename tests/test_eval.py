@@ -3,6 +3,7 @@ video, bad input), and ``rltool.load_policy`` reproducing eval's actions step fo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -15,6 +16,7 @@ import rltool
 from rltool.cli import main
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
+from rltool.errors import UserError
 from rltool.evaluation import evaluate, run_episodes
 from rltool.inference import restore
 from rltool.modules import make_policy
@@ -162,6 +164,38 @@ def test_eval_bad_input_is_one_line(lstm_run, tmp_path, capsys):
     one_error([f"run={broken}"], "is truncated")
     torch.save({"policy": FixedLength}, ckpt)  # a pickled class: refused, never run
     one_error([f"run={broken}"], "holds a pickled Python object")
+
+
+def test_eval_help_lists_each_argument_on_one_line(capsys):
+    assert main(["eval", "--help"]) == 0
+    out = capsys.readouterr().out
+    lines = [ln.split() for ln in out.splitlines() if ln.startswith("  ")]
+    from rltool.cli.eval import EvalArgs
+
+    assert [ln[0] for ln in lines] == [f.name for f in dataclasses.fields(EvalArgs)]
+    assert all(len(ln) > 1 for ln in lines)  # each with its meaning
+    assert '"""' not in out and "``" not in out  # not a raw docstring
+
+
+def test_eval_uses_the_runs_threads(lstm_run, monkeypatch):
+    seen = []
+    monkeypatch.setattr(torch, "set_num_threads", seen.append)
+    assert main(["eval", f"run={lstm_run}", "episodes=1"]) == 0
+    assert seen[0] == 1  # the run's num_threads, before anything else ran
+    assert main(["eval", f"run={lstm_run}", "episodes=1", "num_threads=2"]) == 0
+    assert seen[-1] == 2
+
+
+def test_load_policy_names_the_shape_it_takes(lstm_run):
+    policy, state = rltool.load_policy(lstm_run)
+    with pytest.raises(UserError, match=r"shape \[3\] does not fit .* shape \[4\]"):
+        policy(np.zeros(3, dtype=np.float32), state)
+    with pytest.raises(UserError, match=r"\[B, 4\]"):
+        policy(np.zeros((2, 5), dtype=np.float32), state)
+    with pytest.raises(UserError, match=r"policy.initial_state\(2\)"):
+        policy(np.zeros((2, 4), dtype=np.float32), state)
+    action, _ = policy(np.zeros((2, 4), dtype=np.float32), policy.initial_state(2))
+    assert action.shape == (2,)
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ LAYERS = {
     "rltool/errors.py": BASE,
     "rltool/layout.py": BASE,  # run-folder file names
     "rltool/scan.py": BASE,
+    "rltool/runlock.py": BASE,  # the run folder's writer lock
     "rltool/config.py": CONFIG,
     "rltool/algos/__init__.py": CONFIG,  # the registry
     "rltool/algos/*/__init__.py": CONFIG,  # an algorithm's registration

@@ -33,6 +33,7 @@ class EvalArgs:
     video: bool = False
     video_episodes: int = 1  # episodes recorded (of the first env)
     out: str | None = None  # default: <run>/eval.json
+    num_threads: int | None = None  # default: the run's num_threads (torch intra-op threads)
 
     def __post_init__(self):
         if not self.run:
@@ -42,12 +43,28 @@ class EvalArgs:
         for name in ("episodes", "max_steps", "video_episodes"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name}={getattr(self, name)} is invalid: must be >= 1")
-        if self.num_envs is not None and self.num_envs < 1:
-            raise UserError(f"num_envs={self.num_envs} is invalid: must be >= 1")
+        for name in ("num_envs", "num_threads"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise UserError(f"{name}={getattr(self, name)} is invalid: must be >= 1")
+
+
+HELP = {  # rltool eval --help: one line per argument
+    "run": "the run folder to evaluate (required), e.g. run=outputs/2026-12-02/10-11-12",
+    "checkpoint": "a checkpoint of <run>/checkpoints, by name or frame count (default: latest)",
+    "episodes": "episodes to play (default: 10)",
+    "num_envs": "envs played at once (default: min(episodes, 8))",
+    "seed": "the eval envs' seed (default: the run's seed + eval.seed_offset, as in training)",
+    "max_steps": "at most this many vector steps (default: 100000), against endless episodes",
+    "video": "true: record episodes of the first env into <run>/videos/ (rltool[video])",
+    "video_episodes": "episodes recorded when video=true (default: 1)",
+    "out": "where the result goes (default: <run>/eval.json)",
+    "num_threads": "torch threads (default: the run's num_threads)",
+}
 
 
 def _convert(name: str, text: str, kind) -> object:
-    if text.lower() in ("null", "none") and name in ("checkpoint", "num_envs", "seed", "out"):
+    nullable = ("checkpoint", "num_envs", "seed", "out", "num_threads")
+    if text.lower() in ("null", "none") and name in nullable:
         return None
     try:
         if kind is bool:
@@ -60,7 +77,7 @@ def _convert(name: str, text: str, kind) -> object:
 
 
 _KINDS = {"episodes": int, "num_envs": int, "seed": int, "max_steps": int, "video": bool}
-_KINDS["video_episodes"] = int
+_KINDS |= {"video_episodes": int, "num_threads": int}
 _WORD = {int: "an integer", bool: "true or false", str: "a string"}
 
 
@@ -103,8 +120,24 @@ def _video_env(restored, num_envs: int, folder: Path, episodes: int):
     return env
 
 
+def _set_threads(args: EvalArgs) -> None:
+    """torch's intra-op threads: ``num_threads=``, or the run's (as in training: an eval with
+    torch's default of one thread per core runs several times slower on small models)."""
+    import torch
+    from omegaconf import OmegaConf
+
+    n = args.num_threads
+    if n is None:
+        try:
+            n = OmegaConf.select(OmegaConf.load(RunFolder(args.run).config), "num_threads")
+        except Exception:  # noqa: BLE001 - no readable config: restore() names the problem
+            n = None
+    torch.set_num_threads(n if isinstance(n, int) and n >= 1 else 1)
+
+
 def evaluate_run(args: EvalArgs) -> dict:
     """Runs the evaluation; returns what eval.json holds."""
+    _set_threads(args)  # before anything runs
     from rltool.evaluation import run_episodes, summarize
     from rltool.inference import restore
 
@@ -140,10 +173,12 @@ def evaluate_run(args: EvalArgs) -> dict:
 
 def main(argv: list[str]) -> int:
     if {"-h", "--help"} & set(argv):
-        print(__doc__.strip())
-        print("\narguments (key=value):")
+        print("usage: rltool eval run=<run folder> [key=value ...]\n")
+        print("Plays greedy episodes of a trained run (the evaluation protocol of training) and")
+        print("prints the return and length statistics.\n\narguments:")
+        width = max(map(len, HELP))
         for f in fields(EvalArgs):
-            print(f"  {f.name}={f.default}")
+            print(f"  {f.name:<{width}}  {HELP[f.name]}")
         return 0
     args = parse_args(argv)
     result = evaluate_run(args)

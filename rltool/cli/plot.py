@@ -4,9 +4,11 @@ seeds with a +- one std band, one line per setting (needs matplotlib: ``pip inst
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from rltool.cli import ArgParser
+from rltool.cli.report import warn_unreadable
 from rltool.errors import UserError
 from rltool.results import Setting, band, eval_curve, find_runs, group_runs
 
@@ -20,14 +22,31 @@ def plot_main(argv: list[str]) -> int:
     p.add_argument("--metric", default="eval/return_mean")
     p.add_argument("--title", default=None)
     a = p.parse_args(argv)
-    settings = group_runs(find_runs(a.dirs))
+    unreadable = []
+    try:
+        settings = group_runs(find_runs(a.dirs, unreadable))
+    finally:
+        warn_unreadable("plot", unreadable)
     out = Path(a.out) if a.out else Path(a.dirs[0]) / "learning_curves.png"
-    n = plot(settings, out, a.metric, a.title or " ".join(a.dirs))
+    warnings: list[str] = []
+    n = plot(settings, out, a.metric, a.title or " ".join(a.dirs), warnings)
+    for w in warnings:  # once the plot is written (a refused --out stays one line)
+        print(f"rltool plot: warning: {w}", file=sys.stderr)
     print(f"rltool plot: {n} setting(s) -> {out}")
     return 0
 
 
-def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
+MIN_POINTS = 3  # fewer eval points than this: a warning, and the training returns instead
+TRAIN_METRIC = "train/return_mean"
+
+
+def plot(
+    settings: list[Setting], out: Path, metric: str, title: str, warnings: list[str] | None = None
+) -> int:
+    """Draws the settings into ``out``; returns how many were drawn. A setting with a run of
+    fewer than :data:`MIN_POINTS` values of ``metric`` is drawn from its training returns (when
+    those have enough), with a line appended to ``warnings``."""
+    warnings = [] if warnings is None else warnings
     try:
         import matplotlib
 
@@ -45,13 +64,26 @@ def plot(settings: list[Setting], out: Path, metric: str, title: str) -> int:
         )
     drawn = 0
     for s in settings:
-        x, mean, std = band([eval_curve(r, metric) for r in s.runs])
+        name, curves = s.name, [eval_curve(r, metric) for r in s.runs]
+        counts = [(r, len(c[0])) for r, c in zip(s.runs, curves, strict=True)]
+        few = [(r, n) for r, n in counts if n < MIN_POINTS]
+        if few:
+            train = [eval_curve(r, TRAIN_METRIC) for r in s.runs]
+            what = ", ".join(f"{r.path} has {n}" for r, n in few)
+            fallback = metric != TRAIN_METRIC and all(len(c[0]) >= MIN_POINTS for c in train)
+            warnings.append(
+                f"{name}: fewer than {MIN_POINTS} {metric} points ({what}; eval.every_frames "
+                "against total_frames)" + (f": drawing {TRAIN_METRIC} instead" if fallback else "")
+            )
+            if fallback:
+                curves, name = train, f"{name} [{TRAIN_METRIC}]"
+        x, mean, std = band(curves)
         if not len(x):
             continue
-        seeds = sum(len(eval_curve(r, metric)[0]) > 0 for r in s.runs)
+        seeds = sum(len(c[0]) > 0 for c in curves)
         marker = "o" if len(x) < 15 else None  # a few evals: show the points
         (line,) = ax.plot(
-            x, mean, marker=marker, label=f"{s.name} ({seeds} seed{'s' * (seeds != 1)})"
+            x, mean, marker=marker, label=f"{name} ({seeds} seed{'s' * (seeds != 1)})"
         )
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         drawn += 1

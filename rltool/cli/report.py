@@ -6,8 +6,16 @@ of greedy evaluations along the way, not the final policy's)."""
 
 from __future__ import annotations
 
+import sys
+
 from rltool.cli import ArgParser
 from rltool.results import find_runs, format_table, group_runs, rows
+
+
+def warn_unreadable(cmd: str, unreadable) -> None:
+    """One line each on stderr: a folder that is not a readable run, never a row."""
+    for path, why in unreadable:
+        print(f"rltool {cmd}: {path}: unreadable, left out: {why}", file=sys.stderr)
 
 
 def report_main(argv: list[str]) -> int:
@@ -21,6 +29,11 @@ def report_main(argv: list[str]) -> int:
     p.add_argument("--goal", type=float, help="count the seeds whose final eval is >= this")
     p.add_argument("--format", choices=("table", "markdown", "csv"), default="table")
     a = p.parse_args(argv)
+    unreadable = []
+    try:
+        runs = find_runs(a.dirs, unreadable)
+    finally:
+        warn_unreadable("report", unreadable)
     by = [k.strip() for k in a.by.split(",") if k.strip()] if a.by else None
-    print(format_table(rows(group_runs(find_runs(a.dirs), by), a.goal), a.format))
+    print(format_table(rows(group_runs(runs, by), a.goal), a.format))
     return 0

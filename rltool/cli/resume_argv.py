@@ -11,6 +11,7 @@ and writes no ``.hydra/`` folder, so the record of the original launch stays int
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from rltool.config import SAFE_KEYS, is_safe
+from rltool.config import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options
 from rltool.errors import UserError
 from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
@@ -27,6 +28,24 @@ _REFUSED_FLAGS = ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-p
 
 def _key(arg: str) -> str:
     return arg.split("=", 1)[0].lstrip("+~")
+
+
+def check_no_schema(args: list[str]) -> None:
+    """Refuses a schema named as an option (``policy=base_policy``): schemas are internal (the
+    resume rewrite below composes with them; a user never names one)."""
+    known = set(groups())
+    for a in args:
+        if a.startswith("-") or "=" not in a:
+            continue
+        key, value = a.split("=", 1)
+        group = key.lstrip("+~").split("@", 1)[0]
+        if group not in known:
+            continue
+        for name in re.findall(r"[\w/.-]+", value):
+            if name.startswith(SCHEMA_PREFIX):
+                raise UserError(
+                    f"unknown option {group}={name}: choose one of {', '.join(options(group))}"
+                )
 
 
 def resume_args(args: list[str]) -> tuple[list[str], str | None]:

@@ -1,20 +1,66 @@
-"""``rltool train [overrides] [-m]``: the Hydra app (compose, validate, run one job or a sweep)."""
+"""``rltool train [overrides] [-m]``: the Hydra app (compose, validate, run one job or a sweep).
+
+Each job holds its run folder's lock (:mod:`rltool.runlock`) while it writes there; a resume or an
+existing ``hydra.run.dir`` is locked before Hydra starts. A refused command (bad input, exit 2)
+leaves nothing behind: Hydra creates the run folder (and ``.hydra/``, ``train.log``) before the
+config is checked, so :class:`RunStart` records what was there first and :func:`train_cmd`
+removes what this process added: the whole folder when it is new, only the new entries of a
+folder that existed (a refused resume leaves its folder as it was).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import sys
+from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rltool import sweep
-from rltool.cli.resume_argv import cleanup, resume_args
+from rltool import runlock, sweep
+from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
 from rltool.config import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
+from rltool.layout import RunFolder
+from rltool.runlock import RunLocked
 from rltool.sweep import current_job, run_job
 
 register_configs()
+
+
+@dataclasses.dataclass
+class _Before:
+    """What a single run's folder held before this process touched it."""
+
+    run_dir: Path | None = None
+    entries: set[str] | None = None  # its top-level names; None: it did not exist
+    top: Path | None = None  # the highest folder of its path that did not exist
+    tidied: bool = False
+
+    def record(self, run_dir: Path) -> None:
+        if self.run_dir is not None:
+            return
+        self.run_dir = run_dir = Path(run_dir).resolve()
+        if run_dir.is_dir():
+            self.entries = {p.name for p in run_dir.iterdir()}
+            return
+        top = run_dir
+        while not top.parent.exists():
+            top = top.parent
+        self.top = top
+
+
+_BEFORE = _Before()
+
+
+class RunStart(Callback):
+    """Hydra callback (single runs): records the run folder before Hydra creates it."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        _BEFORE.record(Path(str(config.hydra.run.dir)))
 
 
 @hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")
@@ -22,26 +68,147 @@ def train_app(dcfg: DictConfig) -> float | None:
     from rltool.train import train  # torch and friends load only once the config is valid
 
     job = current_job()
+    try:
+        took = runlock.acquire(job.run_dir)  # before status.json, config.yaml or metrics
+    except RunLocked as e:
+        if not job.multirun:
+            raise
+        print(
+            f"rltool train: job {job.num} ({' '.join(job.overrides)}): skipped, another live "
+            f"process holds it ({e.holder})",
+            file=sys.stderr,
+        )
+        return None
+
+    trained = []
 
     def fit(resume: bool) -> dict:
         cfg = to_config(dcfg)
         if resume:  # an interrupted multirun job continues from its latest checkpoint
             cfg = dataclasses.replace(cfg, resume=str(job.run_dir))
-        return train(cfg, job.run_dir)
+        out = train(cfg, job.run_dir)
+        trained.append(True)
+        return out
 
-    summary = run_job(job, fit)  # status.json; in a sweep: skip done, resume, record failures
+    try:
+        summary = run_job(job, fit)  # status.json; in a sweep: skip done, resume, record failures
+        if summary is not None and trained:
+            _end_line(job, summary)
+    except BaseException as e:
+        if not job.multirun and _refused(e):
+            _tidy(_BEFORE)  # holding the lock
+        raise
+    finally:
+        if took:
+            runlock.release(job.run_dir)
     return (summary or {}).get("eval/return_mean")
+
+
+def _shown(path: Path) -> str:
+    rel = os.path.relpath(path)
+    return path.as_posix() if rel.startswith("..") else rel
+
+
+def _duration(s: float) -> str:
+    s = round(s)
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s"
+
+
+def end_line(run_dir: Path, summary: dict) -> str:
+    """The run's last line: where it went, how it ended, what to run next."""
+    d = _shown(Path(run_dir))
+    ret = summary.get("eval/return_mean")
+    ev = "-" if ret is None else f"{ret:.1f}"
+    return (
+        f"rltool train: {d}: final eval {ev} (eval/return_mean), {summary.get('frames', 0):,} "
+        f"frames, {_duration(summary.get('wall_time_s', 0.0))}; next: rltool eval run={d} | "
+        f"rltool train resume={d} total_frames=<more>"
+    )
+
+
+def _end_line(job, summary: dict) -> None:
+    line = end_line(job.run_dir, summary)
+    if job.multirun:
+        line = line.replace("rltool train:", f"rltool train: job {job.num}:", 1)
+    print(line, flush=True)
+    try:  # Hydra's job log, otherwise empty
+        with RunFolder(job.run_dir).log.open("a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass
+
+
+_NO_RUN = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve")
+_MULTI = ("-m", "--multirun")
+
+
+def _target(args: list[str]) -> Path | None:
+    """The run folder a single run will write, when it exists already (a resume, an explicit
+    hydra.run.dir): locked before Hydra writes anything there."""
+    if any(a.split("=", 1)[0] in _NO_RUN + _MULTI for a in args):
+        return None
+    dirs = [a.split("=", 1)[1] for a in args if a.startswith("hydra.run.dir=")]
+    if not dirs or not Path(dirs[-1]).is_dir():
+        return None
+    return Path(dirs[-1]).resolve()
+
+
+def _refused(exc: BaseException) -> bool:
+    from rltool.cli import _bad_input
+
+    return isinstance(exc, Exception) and _bad_input(exc) and not isinstance(exc, RunLocked)
+
+
+def _tidy(before: _Before) -> None:
+    """Removes what this process added to the run folder (see the module docstring) and puts
+    the lock file back as it was. Only while this process holds the folder's lock (never a
+    folder another writer holds); once per command."""
+    run_dir = before.run_dir
+    if run_dir is None or before.tidied or not runlock.held(run_dir):
+        return
+    before.tidied = True
+    if before.entries is None:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        parent = run_dir.parent
+        while before.top is not None and parent != before.top.parent:
+            try:
+                parent.rmdir()  # only when empty
+            except OSError:
+                break
+            parent = parent.parent
+        return
+    for p in run_dir.iterdir():
+        if p.name not in before.entries:
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+    runlock.undo(run_dir)
 
 
 def train_cmd(argv: list[str]) -> int:
     """``rltool train``; after a sweep, exit status 1 (EXIT_JOB_FAILED) if a job failed.
     ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first."""
+    global _BEFORE
+    check_no_schema(argv)
     args, tmp = resume_args(argv)
     sweep.LAST_SWEEP = None
+    _BEFORE = _Before()
+    target = _target(args)
+    took = False
     sys.argv = ["rltool-train", *args]  # Hydra parses sys.argv
     try:
+        if target is not None:
+            _BEFORE.record(target)
+            took = runlock.acquire(target)
         train_app()
+    except BaseException as e:
+        if _refused(e):
+            _tidy(_BEFORE)
+        raise
     finally:
         cleanup(tmp)
+        if took:
+            runlock.release(target)
     result = sweep.LAST_SWEEP
     return EXIT_JOB_FAILED if result is not None and (result.failed or result.other) else EXIT_OK

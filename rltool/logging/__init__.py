@@ -29,6 +29,22 @@ class Loggers:
             lg.close()
 
 
+def check_packages(cfg: LoggerConfig) -> None:
+    """Raises ConfigError when an enabled logger's package is missing (before a run starts)."""
+    import importlib
+
+    need = ["tensorboard"] if cfg.tensorboard.enabled else []
+    if cfg.wandb.enabled and cfg.wandb.mode != "disabled":
+        need.append("wandb")
+    for name in need:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            raise ConfigError(
+                f"logger needs the missing package {name!r}: pip install 'rltool[loggers]'"
+            ) from None
+
+
 def make_loggers(cfg: LoggerConfig, run_dir: Path, total_frames: int, config=None) -> Loggers:
     """Progress and CSV always; wandb / TensorBoard when their node is enabled. ``config``: the
     run's whole Config (wandb records it)."""
@@ -57,4 +73,4 @@ def make_loggers(cfg: LoggerConfig, run_dir: Path, total_frames: int, config=Non
     return Loggers(loggers)
 
 
-__all__ = ["CSVLogger", "Loggers", "ProgressLogger", "make_loggers"]
+__all__ = ["CSVLogger", "Loggers", "ProgressLogger", "check_packages", "make_loggers"]
