@@ -13,7 +13,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rltool.config import EnvConfig
 from rltool.envs.envpool_vec import EnvPoolVectorEnv
-from rltool.envs.normalize import ObsNormalizer, RewardScaler
+from rltool.envs.normalize import ObsNormalizer, RewardScaler, make_obs_normalizer
 from rltool.envs.vector import VectorEnv, observation_spec
 from rltool.errors import ConfigError
 
@@ -78,13 +78,21 @@ def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
             f"env.id={cfg.id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
             f"build: {type(e).__name__}: {e}"
         ) from None
-    obs_spec, _ = observation_spec(probe.observation_space, cfg.obs_keep)
-    probe.close()
+    try:
+        obs_spec, _ = observation_spec(probe.observation_space, *_obs_args(cfg))
+    finally:
+        probe.close()
     if backend == "async":
         fn = functools.partial(_make_one, *args, worker=True)
         return AsyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
     fn = functools.partial(_make_one, *args)
     return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
+
+
+def _obs_args(cfg: EnvConfig) -> tuple:
+    """``observation_spec``'s arguments after the space: obs_keep, obs_keys, symbolic."""
+    keys = list(cfg.obs_keys) if cfg.obs_keys is not None else None
+    return cfg.obs_keep, keys, cfg.image == "symbolic"
 
 
 def make_env(
@@ -103,12 +111,14 @@ def make_env(
     backend = backend or cfg.backend
     if backend == "envpool":
         vec = EnvPoolVectorEnv(cfg.id, n, dict(cfg.kwargs), cfg.max_episode_steps)
-        obs_spec, _ = observation_spec(vec.single_observation_space, cfg.obs_keep)
+        obs_spec, _ = observation_spec(vec.single_observation_space, *_obs_args(cfg))
     else:
         vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
     if cfg.normalize_obs and obs_norm is None:
-        obs_norm = ObsNormalizer(obs_spec.shape, clip=cfg.clip_obs)
+        obs_norm = make_obs_normalizer(obs_spec, clip=cfg.clip_obs)
     scaler = RewardScaler(n, gamma) if cfg.normalize_reward and training else None
-    env = VectorEnv(vec, cfg.obs_keep, obs_norm if cfg.normalize_obs else None, scaler, device)
+    norm = obs_norm if cfg.normalize_obs else None
+    keys, symbolic = _obs_args(cfg)[1:]
+    env = VectorEnv(vec, cfg.obs_keep, norm, scaler, device, obs_keys=keys, symbolic=symbolic)
     env.set_training(training)
     return env

@@ -1,0 +1,99 @@
+"""A run on a Dict observation with an image and MultiDiscrete actions, end to end as a user runs
+it: train (checkpoints hold plain tensors: loaded with weights_only=True), resume (a warning: the
+fake env cannot save its state), ``rltool eval`` and ``rltool.load_policy`` reproducing eval's
+actions. The image encoders: the small stack below 64 px, Nature-DQN from 64 px up."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rltool
+from rltool.cli import main
+from rltool.config import EnvConfig, PolicyConfig
+from rltool.envs import make_env
+from rltool.errors import ConfigError
+from rltool.evaluation import run_episodes
+from rltool.inference import restore
+from rltool.modules import make_policy
+
+ARGS = [
+    "train",
+    "env=gym",
+    "env.id=fake_envs:FakeNested-v0",
+    "+env.kwargs={multi:true,terminate_at:6}",
+    "env.max_episode_steps=5",
+    "env.num_envs=2",
+    "env.normalize_obs=true",
+    "policy=lstm",
+    "policy.hidden_size=8",
+    "policy.cnn_features=8",
+    "policy.inputs=[observation,prev_action]",
+    "collector.frames_per_batch=64",
+    "checkpoint.every_frames=64",
+    "eval.every_frames=128",
+    "eval.episodes=2",
+    "logger.progress=none",
+]
+
+
+@pytest.fixture(scope="module")
+def nested_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("nested") / "run"
+    assert main([*ARGS, "total_frames=128", f"hydra.run.dir={run}"]) == 0
+    return run
+
+
+def test_resume_warns_that_episodes_start_fresh(nested_run):
+    with pytest.warns(UserWarning, match="cannot save its state"):
+        assert main(["train", f"resume={nested_run}", "total_frames=192"]) == 0
+    assert any((nested_run / "checkpoints").glob("*192.pt"))
+
+
+def test_eval_and_load_policy_agree_step_for_step(nested_run, capsys):
+    assert main(["eval", f"run={nested_run}", "episodes=2"]) == 0
+    restored = restore(nested_run)
+    env = restored.make_env(1)
+    trace: list[torch.Tensor] = []
+    (ret,), (length,) = run_episodes(restored.policy, env, seed=11, episodes=1, trace=trace)
+    env.close()
+    eval_actions = [a[0].tolist() for a in trace[:length]]
+    policy, state = rltool.load_policy(nested_run)
+    genv = gym.make("fake_envs:FakeNested-v0", multi=True, terminate_at=6, max_episode_steps=5)
+    obs, _ = genv.reset(seed=11)
+    actions, total = [], 0.0
+    while True:
+        action, state = policy(obs, state)
+        assert action.shape == (2,)
+        actions.append(action.tolist())
+        obs, reward, terminated, truncated, _ = genv.step(action)
+        total += reward
+        if terminated or truncated:
+            break
+    assert actions == eval_actions and total == ret
+    # a batch of observations: one action row each
+    batch = {k: np.stack([v, v]) for k, v in obs.items() if k != "mission"}
+    actions, _ = policy(batch, policy.initial_state(2))
+    assert actions.shape == (2, 2)
+
+
+def _image_policy(size: int, **kw):
+    cfg = EnvConfig(id="FakeNested-v0", num_envs=1, kwargs={"size": size}, obs_keys=["image"])
+    env = make_env(cfg)
+    return make_policy(PolicyConfig(**kw), env.specs), env
+
+
+def test_the_cnn_follows_the_image_size_and_can_be_overridden():
+    small, _ = _image_policy(7)
+    assert small.encoder.images["image"].convs[0].kernel_size == (2, 2)
+    nature, env = _image_policy(64)
+    assert nature.encoder.images["image"].convs[0].kernel_size == (8, 8)
+    is_init = torch.ones(1, 1, dtype=torch.bool)
+    out, _ = nature.act({"observation": env.reset_tensors(seed=0)}, {}, is_init)
+    assert out["action"].shape == (1,)
+    forced, _ = _image_policy(64, cnn="small")
+    assert forced.encoder.images["image"].convs[0].kernel_size == (2, 2)
+    with pytest.raises(ConfigError, match="policy.cnn=nature needs images of at least 36x36"):
+        _image_policy(7, cnn="nature")
