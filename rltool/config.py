@@ -30,6 +30,9 @@ def check_choice(key: str, value: str, options: tuple[str, ...]) -> None:
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
+    # how a short env.id is read: gym (as given) | popgym (RepeatPreviousEasy ->
+    # popgym:popgym-RepeatPreviousEasy-v0) | minigrid (MemoryS7 -> minigrid:MiniGrid-MemoryS7-v0)
+    suite: str = "gym"
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
     backend: str = "sync"  # sync | async (gymnasium's) | envpool (pip install 'rltool[envpool]')
@@ -52,6 +55,7 @@ class EnvConfig:
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
         check_choice("env.image", self.image, ("pixels", "symbolic"))
+        check_choice("env.suite", self.suite, ("gym", "popgym", "minigrid"))
         if self.max_episode_steps is not None:
             check(
                 self.max_episode_steps >= 1,

@@ -45,6 +45,29 @@ def check_env_id(env_id: str) -> None:
         ) from None
 
 
+# a suite's package and how a short id becomes a full one
+SUITES = {"popgym": ("popgym", "popgym-{}-v0"), "minigrid": ("minigrid", "MiniGrid-{}-v0")}
+
+
+def resolve_id(cfg: EnvConfig) -> str:
+    """The gymnasium id of ``cfg``: ``env.id`` as given, or a suite's short name made full
+    (``RepeatPreviousEasy`` -> ``popgym:popgym-RepeatPreviousEasy-v0``); a suite whose package is
+    missing is bad input naming the extra to install."""
+    if cfg.suite == "gym":
+        return cfg.id
+    module, pattern = SUITES[cfg.suite]
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f"env={cfg.suite} needs the {module} package: pip install 'rltool[{cfg.suite}]'"
+        ) from None
+    if ":" in cfg.id:
+        return cfg.id
+    prefix = pattern.split("{")[0]
+    return f"{module}:{cfg.id if cfg.id.startswith(prefix) else pattern.format(cfg.id)}"
+
+
 def one_thread_per_worker() -> None:
     """An async worker steps one env: one thread for torch, OpenMP and the BLAS libraries, so that
     N workers and the main process's ``num_threads`` do not oversubscribe the cores. Nothing
@@ -69,13 +92,14 @@ def _make_one(
 
 def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
     """gymnasium's SyncVectorEnv or AsyncVectorEnv (SAME_STEP autoreset) and the obs spec."""
-    check_env_id(cfg.id)
-    args = (cfg.id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
+    env_id = resolve_id(cfg)
+    check_env_id(env_id)
+    args = (env_id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
     try:
         probe = _make_one(*args)
     except Exception as e:  # a bad kwarg or a broken user env: say which
         raise ConfigError(
-            f"env.id={cfg.id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
+            f"env.id={env_id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
             f"build: {type(e).__name__}: {e}"
         ) from None
     try:
@@ -110,7 +134,7 @@ def make_env(
     n = num_envs or cfg.num_envs
     backend = backend or cfg.backend
     if backend == "envpool":
-        vec = EnvPoolVectorEnv(cfg.id, n, dict(cfg.kwargs), cfg.max_episode_steps)
+        vec = EnvPoolVectorEnv(resolve_id(cfg), n, dict(cfg.kwargs), cfg.max_episode_steps)
         obs_spec, _ = observation_spec(vec.single_observation_space, *_obs_args(cfg))
     else:
         vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
