@@ -86,6 +86,17 @@ class NestedEnv(gym.Env):
         return self._obs(), reward, terminated, False, {}
 
 
+class FlatImageEnv(NestedEnv):
+    """NestedEnv's image alone, as the whole observation (a uint8 Box)."""
+
+    def __init__(self, size: int = 6):
+        super().__init__(size=size)
+        self.observation_space = self.observation_space["image"]
+
+    def _obs(self):
+        return super()._obs()["image"]
+
+
 class TupleObsEnv(DiscreteObsEnv):
     """Tuple(Discrete(3), Box(1)): (t % 3, [t])."""
 
@@ -114,6 +125,7 @@ def register() -> None:
         ("FakeDiscreteObs-v0", DiscreteObsEnv),
         ("FakeNested-v0", NestedEnv),
         ("FakeTupleObs-v0", TupleObsEnv),
+        ("FakeFlatImage-v0", FlatImageEnv),
         ("FakeSequenceObs-v0", SequenceObsEnv),
     ]:
         if name not in gym.registry:

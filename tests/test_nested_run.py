@@ -97,3 +97,17 @@ def test_the_cnn_follows_the_image_size_and_can_be_overridden():
     assert forced.encoder.images["image"].convs[0].kernel_size == (2, 2)
     with pytest.raises(ConfigError, match="policy.cnn=nature needs images of at least 36x36"):
         _image_policy(7, cnn="nature")
+
+
+def test_a_flat_image_stays_uint8_unnormalised_and_goes_through_the_cnn():
+    cfg = EnvConfig(id="FakeFlatImage-v0", num_envs=2, normalize_obs=True)
+    env = make_env(cfg)
+    assert env.obs_norm is None  # running statistics are for float Box entries only
+    obs = env.reset_tensors(seed=0)
+    assert obs.dtype == torch.uint8 and obs.shape == (2, 6, 6, 2)
+    obs = env.step_tensors(torch.zeros(2, dtype=torch.int64)).observation
+    assert obs.eq(1).all()  # t = 1 of episode 0, raw
+    policy = make_policy(PolicyConfig(cnn_features=4), env.specs)
+    assert not policy.encoder.plain and policy.encoder.out_features == 4
+    out, _ = policy.act({"observation": obs}, {}, torch.zeros(2, 1, dtype=torch.bool))
+    assert out["action"].shape == (2,)

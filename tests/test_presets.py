@@ -5,6 +5,7 @@ that its episodes start fresh (POPGym envs cannot save their state)."""
 from __future__ import annotations
 
 import pytest
+import torch
 from conftest import make_cfg, metric_rows
 
 from rltool.cli import main
@@ -83,3 +84,18 @@ def test_a_resumed_popgym_run_warns_that_episodes_start_fresh(tmp_path):
     with pytest.warns(UserWarning, match="cannot save its state"):
         assert main(["train", f"resume={tmp_path}", "total_frames=192"]) == 0
     assert metric_rows(tmp_path)[-1]["frames"] == "192"
+
+
+def test_minigrid_runs_on_the_async_backend_without_shared_memory():
+    from rltool.envs import make_env
+
+    cfg = make_cfg("env=minigrid", "env.backend=async", "env.num_envs=2").env
+    env = make_env(cfg)
+    try:
+        assert not env.vec_env.shared_memory  # the mission text has no shared-memory layout
+        obs = env.reset_tensors(seed=0)
+        assert obs["image"].dtype == torch.uint8 and obs["image"].shape == (2, 7, 7, 3)
+        r = env.step_tensors(torch.zeros(2, dtype=torch.int64))
+        assert r.observation["direction"].shape == (2,)
+    finally:
+        env.close()

@@ -90,6 +90,16 @@ def _make_one(
     return gym.make(env_id, **kwargs, **extra)
 
 
+def _shareable(space: gym.Space) -> bool:
+    """Whether gymnasium can pass ``space`` through shared memory (not MiniGrid's mission text):
+    where it cannot, the async workers send their observations by pipe."""
+    try:
+        gym.vector.utils.create_shared_memory(space, n=1)
+    except Exception:  # gymnasium raises several kinds for a space it has no layout for
+        return False
+    return True
+
+
 def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
     """gymnasium's SyncVectorEnv or AsyncVectorEnv (SAME_STEP autoreset) and the obs spec."""
     env_id = resolve_id(cfg)
@@ -104,11 +114,13 @@ def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
         ) from None
     try:
         obs_spec, _ = observation_spec(probe.observation_space, *_obs_args(cfg))
+        shared = backend == "async" and _shareable(probe.observation_space)
     finally:
         probe.close()
     if backend == "async":
         fn = functools.partial(_make_one, *args, worker=True)
-        return AsyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
+        mode = AutoresetMode.SAME_STEP
+        return AsyncVectorEnv([fn] * n, shared_memory=shared, autoreset_mode=mode), obs_spec
     fn = functools.partial(_make_one, *args)
     return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
 

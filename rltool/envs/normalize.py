@@ -93,9 +93,12 @@ class EntryNormalizer:
 
 def make_obs_normalizer(spec, clip: float = 10.0):
     """The running normaliser of an observation spec: one :class:`ObsNormalizer` for a flat
-    observation, an :class:`EntryNormalizer` for a nested one."""
+    observation, an :class:`EntryNormalizer` for a nested one, None for an image (uint8 pixels or
+    codes are no running statistics' business)."""
     if hasattr(spec, "entries"):
         return EntryNormalizer(spec, clip)
+    if spec.kind == "image":
+        return None
     return ObsNormalizer(spec.shape, clip=clip)
 
 

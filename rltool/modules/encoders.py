@@ -110,9 +110,13 @@ class ObsEncoder(nn.Module):
             return x.float().unsqueeze(-1)
         return x.float().flatten(-len(spec.shape)) if len(spec.shape) != 1 else x.float()
 
+    def flatten(self, obs: torch.Tensor) -> torch.Tensor:
+        """A flat vector observation's features: the observation, flattened."""
+        return obs.flatten(-self._n_dims) if self._n_dims != 1 else obs
+
     def forward(self, obs) -> torch.Tensor:
         if self.plain:
-            return obs.flatten(-self._n_dims) if self._n_dims != 1 else obs
+            return self.flatten(obs)
         if not self.nested:
             return self.images["observation"](obs)
         assert isinstance(obs, TensorDictBase)

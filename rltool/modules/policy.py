@@ -164,7 +164,9 @@ class ActorCritic(nn.Module):
 
     def encode(self, inputs: dict) -> torch.Tensor:
         """The observation's features (per entry, concatenated) and the previous inputs."""
-        x = self.encoder(inputs[K.OBSERVATION])
+        enc = self.encoder
+        # a flat vector observation is only flattened: no module call per step
+        x = enc.flatten(inputs[K.OBSERVATION]) if enc.plain else enc(inputs[K.OBSERVATION])
         parts = [x]
         if K.PREV_ACTION in self.in_keys:
             parts.append(self._prev_action(inputs[K.PREV_ACTION], x.dtype))
