@@ -54,7 +54,7 @@ class NestedEnv(gym.Env):
     (Discrete(4, start=1): the env sends t % 4 + 1), ``image`` = a 6x6x2 uint8 grid filled with
     10 * k + t, ``mission`` = text. Actions MultiDiscrete([3, 2]) when ``multi``: reward a0 + 10 a1
     (else Discrete(2): reward the action). Terminates at t == terminate_at; truncation from
-    TimeLimit."""
+    TimeLimit. Has get_state / set_state (exact resume)."""
 
     def __init__(self, terminate_at: int | None = None, multi: bool = False, size: int = 6):
         self.observation_space = gym.spaces.Dict(
@@ -77,6 +77,12 @@ class NestedEnv(gym.Env):
         super().reset(seed=seed)
         self.t, self.k = 0, self.k + 1
         return self._obs(), {}
+
+    def get_state(self) -> dict:  # the env state protocol (rltool/envs/state.py): exact resume
+        return {"t": self.t, "k": self.k}
+
+    def set_state(self, state: dict) -> None:
+        self.t, self.k = state["t"], state["k"]
 
     def step(self, action):
         self.t += 1

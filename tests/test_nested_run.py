@@ -1,16 +1,21 @@
 """A run on a Dict observation with an image and MultiDiscrete actions, end to end as a user runs
-it: train (checkpoints hold plain tensors: loaded with weights_only=True), resume (a warning: the
-fake env cannot save its state), ``rltool eval`` and ``rltool.load_policy`` reproducing eval's
-actions. The image encoders: the small stack below 64 px, Nature-DQN from 64 px up."""
+it: train (checkpoints hold plain tensors: loaded with weights_only=True), a run killed and
+resumed matching the straight run row for row (the carried nested observation restored), ``rltool
+eval`` and ``rltool.load_policy`` reproducing eval's actions. The image encoders: the small stack
+below 64 px, Nature-DQN from 64 px up."""
 
 from __future__ import annotations
+
+import signal
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import metric_rows, run_cli
 
 import rltool
+from rltool import checkpoint as ckpt
 from rltool.cli import main
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
@@ -23,6 +28,7 @@ ARGS = [
     "train",
     "env=gym",
     "env.id=fake_envs:FakeNested-v0",
+    "seed=5",
     "+env.kwargs={multi:true,terminate_at:6}",
     "env.max_episode_steps=5",
     "env.num_envs=2",
@@ -46,10 +52,20 @@ def nested_run(tmp_path_factory):
     return run
 
 
-def test_resume_warns_that_episodes_start_fresh(nested_run):
-    with pytest.warns(UserWarning, match="cannot save its state"):
-        assert main(["train", f"resume={nested_run}", "total_frames=192"]) == 0
-    assert any((nested_run / "checkpoints").glob("*192.pt"))
+def test_killed_and_resumed_run_matches_the_straight_run(tmp_path):
+    straight, run = tmp_path / "straight", tmp_path / "run"
+    args = [*ARGS, "total_frames=256"]
+    assert run_cli(*args, f"hydra.run.dir={straight}", cwd=tmp_path).returncode == 0
+    # killed while writing its 2nd checkpoint (128 frames): resumed from the 1st (64 frames)
+    kill = {"RLTOOL_CHECKPOINT_KILL": "after_temp_write@2"}
+    r = run_cli(*args, f"hydra.run.dir={run}", cwd=tmp_path, env=kill)
+    assert r.returncode == -signal.SIGKILL
+    root = ckpt.load(ckpt.latest(run / "checkpoints"))["state"]["episodes"]["collector"]["root"]
+    assert root["observation"]["image"].dtype == torch.uint8  # saved nested, plain tensors
+    r = run_cli("train", f"resume={run}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "cannot save its state" not in r.stderr
+    assert metric_rows(run) == metric_rows(straight)
 
 
 def test_eval_and_load_policy_agree_step_for_step(nested_run, capsys):
