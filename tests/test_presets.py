@@ -49,6 +49,11 @@ def test_a_missing_suite_package_names_the_extra(monkeypatch):
         resolve_id(EnvConfig(id="RepeatPreviousEasy", suite="popgym"))
 
 
+def test_an_unknown_task_lists_some_names():
+    with pytest.raises(ConfigError, match="env=popgym has no task env.id='Nope'.*AutoencodeEasy"):
+        resolve_id(EnvConfig(id="Nope", suite="popgym"))
+
+
 @pytest.mark.parametrize("policy", ["mlp", "lstm", "gru"])
 def test_popgym_feeds_the_previous_action_to_every_policy(policy):
     cfg = make_cfg("env=popgym", f"policy={policy}")

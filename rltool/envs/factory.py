@@ -65,7 +65,15 @@ def resolve_id(cfg: EnvConfig) -> str:
     if ":" in cfg.id:
         return cfg.id
     prefix = pattern.split("{")[0]
-    return f"{module}:{cfg.id if cfg.id.startswith(prefix) else pattern.format(cfg.id)}"
+    name = cfg.id if cfg.id.startswith(prefix) else pattern.format(cfg.id)
+    if name not in gym.registry:
+        tasks = sorted(k[len(prefix) : -3] for k in gym.registry if k.startswith(prefix))
+        raise ConfigError(
+            f"env={cfg.suite} has no task env.id={cfg.id!r} ({name}): choose one of "
+            f"{', '.join(tasks[:6])}, ... ({len(tasks)} in all, the names of gymnasium's "
+            f"registry starting with {prefix!r})"
+        )
+    return f"{module}:{name}"
 
 
 def one_thread_per_worker() -> None:
