@@ -30,11 +30,20 @@ def check_choice(key: str, value: str, options: tuple[str, ...]) -> None:
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
+    # how a short env.id is read: gym (as given) | popgym (RepeatPreviousEasy ->
+    # popgym:popgym-RepeatPreviousEasy-v0) | minigrid (MemoryS7 -> minigrid:MiniGrid-MemoryS7-v0)
+    suite: str = "gym"
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
     backend: str = "sync"  # sync | async (gymnasium's) | envpool (pip install 'rltool[envpool]')
     # indices of the flat observation that the agent sees; null = all (a POMDP mask otherwise)
     obs_keep: list[int] | None = None
+    # entries of a Dict / Tuple observation that the agent sees (Tuple: "0", "1", ...; nested:
+    # "outer.inner"); null = all but text
+    obs_keys: list[str] | None = None
+    # what image entries hold: pixels (intensities, scaled to [0, 1] in the policy) or symbolic
+    # (codes such as MiniGrid's object / colour / state, embedded per channel); never guessed
+    image: str = "pixels"
     max_episode_steps: int | None = None
     normalize_obs: bool = False
     normalize_reward: bool = False
@@ -45,6 +54,8 @@ class EnvConfig:
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
+        check_choice("env.image", self.image, ("pixels", "symbolic"))
+        check_choice("env.suite", self.suite, ("gym", "popgym", "minigrid"))
         if self.max_episode_steps is not None:
             check(
                 self.max_episode_steps >= 1,
@@ -67,6 +78,10 @@ class PolicyConfig:
     activation: str = "tanh"  # tanh | relu
     init_log_std: float = 0.0
     dueling: bool = False  # Q heads only: Q = V + A - mean(A)
+    # image observations: auto = the Nature CNN from 64 px up, a small 2x2 stack below
+    cnn: str = "auto"  # auto | small | nature
+    cnn_features: int = 256  # the linear layer after the convolutions
+    embed_dim: int = 8  # symbolic images (env.image=symbolic): embedding width per channel
 
     def __post_init__(self):
         check_choice("policy.kind", self.kind, ("mlp", "lstm", "gru"))
@@ -81,13 +96,9 @@ class PolicyConfig:
         check(
             "observation" in self.inputs, "policy.inputs", self.inputs, "must include observation"
         )
-        if self.kind == "mlp":
-            check(
-                list(self.inputs) == ["observation"],
-                "policy.inputs",
-                self.inputs,
-                "prev_action / prev_reward need a recurrent policy (policy=lstm or gru)",
-            )
+        check_choice("policy.cnn", self.cnn, ("auto", "small", "nature"))
+        check(self.cnn_features >= 1, "policy.cnn_features", self.cnn_features, "must be >= 1")
+        check(self.embed_dim >= 1, "policy.embed_dim", self.embed_dim, "must be >= 1")
 
 
 @dataclass

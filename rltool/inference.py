@@ -26,7 +26,7 @@ from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
-from rltool.envs.normalize import ObsNormalizer
+from rltool.envs.normalize import EntryNormalizer, ObsNormalizer
 from rltool.envs.vector import VectorEnv
 from rltool.errors import UserError
 from rltool.modules import make_policy
@@ -45,7 +45,7 @@ class Restored:
     policy_cfg: PolicyConfig
     config: dict
     policy: torch.nn.Module
-    obs_norm: ObsNormalizer | None
+    obs_norm: ObsNormalizer | EntryNormalizer | None
     frames: int
     checkpoint: str  # the file's name
 
@@ -97,13 +97,11 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     body = ckpt.load(path)
     config, state = body["config"], body["state"]
     env_cfg, policy_cfg = _typed(EnvConfig, config["env"]), _typed(PolicyConfig, config["policy"])
-    obs_norm = None
-    if state.get("obs_norm") is not None:
-        obs_norm = ObsNormalizer(tuple(state["obs_norm"]["mean"].shape), clip=env_cfg.clip_obs)
-        obs_norm.load_state_dict(state["obs_norm"])
-    probe = make_env(env_cfg, num_envs=1, obs_norm=obs_norm, training=False, backend="sync")
-    specs = probe.specs
+    probe = make_env(env_cfg, num_envs=1, training=False, backend="sync")
+    specs, obs_norm = probe.specs, probe.obs_norm  # a fresh normaliser of the run's layout
     probe.close()
+    if state.get("obs_norm") is not None and obs_norm is not None:
+        obs_norm.load_state_dict(state["obs_norm"])
     policy = make_policy(policy_cfg, specs, heads=algos.get(config["loss"]["name"]).heads)
     try:
         policy.load_state_dict(state["policy"])
@@ -129,7 +127,6 @@ class LoadedPolicy:
         self.restored, self.module = restored, restored.policy
         env = restored.make_env(1)
         self._env, self.specs = env, env.specs
-        self._space = env.vec_env.single_observation_space
         env.close()
 
     def initial_state(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
@@ -141,16 +138,10 @@ class LoadedPolicy:
 
     @torch.no_grad()
     def __call__(self, observation, state: dict, reward=None):
-        want, shape = tuple(self._space.shape), tuple(np.shape(observation))
-        single = shape == want
-        if not single and (len(shape) != len(want) + 1 or shape[1:] != want):
-            raise UserError(
-                f"observation of shape {list(shape)} does not fit this policy: give one raw env "
-                f"observation of shape {list(want)} or a batch of shape [B, "
-                f"{', '.join(map(str, want))}]".replace(", ]", "]")
-            )
-        raw = np.asarray(observation)[None] if single else np.asarray(observation)
-        batch = raw.shape[0]
+        one = self._env._convert.batch_one(observation)  # None when already a batch
+        single = one is not None
+        raw = one if single else observation
+        batch = self._env._convert.batch_size(raw)
         for k, v in state.items():
             if v.shape[0] != batch:
                 raise UserError(
@@ -179,6 +170,8 @@ class LoadedPolicy:
         spec = self.specs.action
         if spec.discrete:
             a = a + int(spec.low[0])
+        elif spec.multi_discrete:
+            a = a + np.asarray(spec.low, dtype=a.dtype)
         else:
             a = np.clip(
                 a,

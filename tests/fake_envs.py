@@ -49,15 +49,90 @@ class DiscreteObsEnv(gym.Env):
         return self.t % 3, 0.0, False, False, {}
 
 
-class DictObsEnv(DiscreteObsEnv):
-    observation_space = gym.spaces.Dict({"a": gym.spaces.Discrete(2)})
+class NestedEnv(gym.Env):
+    """Dict observation of known values: ``pos`` = [t, k] (float Box), ``dir`` = t % 4
+    (Discrete(4, start=1): the env sends t % 4 + 1), ``image`` = a 6x6x2 uint8 grid filled with
+    10 * k + t, ``mission`` = text. Actions MultiDiscrete([3, 2]) when ``multi``: reward a0 + 10 a1
+    (else Discrete(2): reward the action). Terminates at t == terminate_at; truncation from
+    TimeLimit. Has get_state / set_state (exact resume)."""
+
+    def __init__(self, terminate_at: int | None = None, multi: bool = False, size: int = 6):
+        self.observation_space = gym.spaces.Dict(
+            {
+                "pos": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+                "dir": gym.spaces.Discrete(4, start=1),
+                "image": gym.spaces.Box(0, 255, (size, size, 2), np.uint8),
+                "mission": gym.spaces.Text(20),
+            }
+        )
+        self.action_space = gym.spaces.MultiDiscrete([3, 2]) if multi else gym.spaces.Discrete(2)
+        self.terminate_at, self.size, self.t, self.k = terminate_at, size, 0, -1
+
+    def _obs(self):
+        image = np.full((self.size, self.size, 2), 10 * self.k + self.t, np.uint8)
+        pos = np.array([self.t, self.k], np.float32)
+        return {"pos": pos, "dir": self.t % 4 + 1, "image": image, "mission": "go"}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t, self.k = 0, self.k + 1
+        return self._obs(), {}
+
+    def get_state(self) -> dict:  # the env state protocol (rltool/envs/state.py): exact resume
+        return {"t": self.t, "k": self.k}
+
+    def set_state(self, state: dict) -> None:
+        self.t, self.k = state["t"], state["k"]
+
+    def step(self, action):
+        self.t += 1
+        a = np.asarray(action).reshape(-1)
+        reward = float(a[0] + 10 * a[1]) if a.size == 2 else float(a[0])
+        terminated = self.terminate_at is not None and self.t >= self.terminate_at
+        return self._obs(), reward, terminated, False, {}
+
+
+class FlatImageEnv(NestedEnv):
+    """NestedEnv's image alone, as the whole observation (a uint8 Box)."""
+
+    def __init__(self, size: int = 6):
+        super().__init__(size=size)
+        self.observation_space = self.observation_space["image"]
+
+    def _obs(self):
+        return super()._obs()["image"]
+
+
+class TupleObsEnv(DiscreteObsEnv):
+    """Tuple(Discrete(3), Box(1)): (t % 3, [t])."""
+
+    observation_space = gym.spaces.Tuple(
+        (gym.spaces.Discrete(3), gym.spaces.Box(-np.inf, np.inf, (1,), np.float32))
+    )
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return (0, np.zeros(1, np.float32)), {}
+
+    def step(self, action):
+        self.t += 1
+        return (self.t % 3, np.array([self.t], np.float32)), 0.0, False, False, {}
+
+
+class SequenceObsEnv(DiscreteObsEnv):
+    observation_space = gym.spaces.Dict(
+        {"a": gym.spaces.Discrete(3), "seq": gym.spaces.Sequence(gym.spaces.Discrete(2))}
+    )
 
 
 def register() -> None:
     for name, cls in [
         ("FakeCount-v0", CountEnv),
         ("FakeDiscreteObs-v0", DiscreteObsEnv),
-        ("FakeDictObs-v0", DictObsEnv),
+        ("FakeNested-v0", NestedEnv),
+        ("FakeTupleObs-v0", TupleObsEnv),
+        ("FakeFlatImage-v0", FlatImageEnv),
+        ("FakeSequenceObs-v0", SequenceObsEnv),
     ]:
         if name not in gym.registry:
             gym.register(name, entry_point=f"{__name__}:{cls.__name__}")

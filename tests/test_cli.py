@@ -53,7 +53,7 @@ def test_cfg_job_prints_composed_config(tmp_path):
         (["policy.hidden_sizes=[-1]"], "policy.hidden_sizes"),
         (["total_frames=abc"], "total_frames='abc' is invalid: expected an integer"),
         (["optim.lr=-1"], "optim.lr"),
-        (["env=gym", "env.id=fake_envs:FakeDictObs-v0"], "unsupported observation space Dict"),
+        (["env=gym", "env.id=fake_envs:FakeSequenceObs-v0"], "observation entry 'seq' is Sequence"),
         (["foo=1"], "unknown config key 'foo'"),
     ],
 )

@@ -80,9 +80,11 @@ def test_discrete_observation_is_one_hot():
     assert torch.equal(r.observation, torch.tensor([[0.0, 1, 0], [0.0, 1, 0]]))
 
 
-def test_unsupported_observation_space_names_it():
-    with pytest.raises(ConfigError, match="unsupported observation space Dict"):
-        make_env(EnvConfig(id="FakeDictObs-v0", num_envs=1))
+def test_unsupported_observation_entry_names_it_and_the_fix():
+    with pytest.raises(ConfigError, match="entry 'seq' is Sequence.*env.obs_keys"):
+        make_env(EnvConfig(id="FakeSequenceObs-v0", num_envs=1))
+    env = make_env(EnvConfig(id="FakeSequenceObs-v0", num_envs=1, obs_keys=["a"]))
+    assert list(env.specs.observation.entries) == ["a"]
 
 
 def test_unknown_env_id_is_a_config_error():

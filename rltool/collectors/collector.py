@@ -87,6 +87,8 @@ class Collector:
         self._leaves = {
             k: self.rollout.get(k) for k in self.rollout.keys(include_nested=True, leaves_only=True)
         }
+        for k in (K.OBSERVATION, K.nxt(K.OBSERVATION)):  # a nested observation: its TensorDict
+            self._leaves[k] = self.rollout.get(k)
         self._slots = [self._views(t) for t in range(self.T)]
         self.frames = 0
         self._initial_root(seed)
@@ -274,10 +276,16 @@ class Collector:
 
     # ---- checkpoints: the carried root (observation, is_init, recurrent state, prev inputs) ----
     def state_dict(self) -> dict:
-        return {"root": {k: v.clone() for k, v in self._root.items()}, "frames": self.frames}
+        """Plain tensors and dicts (a nested observation as a dict of its entries)."""
+        root = {k: v.clone() for k, v in self._root.items()}
+        if isinstance(root[K.OBSERVATION], TensorDict):
+            root[K.OBSERVATION] = root[K.OBSERVATION].to_dict()
+        return {"root": root, "frames": self.frames}
 
     def load_state_dict(self, state: dict) -> None:
-        root, pol, env = state["root"], self.policy_device, self.env_device
+        root, pol, env = dict(state["root"]), self.policy_device, self.env_device
+        if isinstance(root[K.OBSERVATION], dict):
+            root[K.OBSERVATION] = TensorDict(root[K.OBSERVATION], batch_size=[self.B])
         self._env_root = (root[K.OBSERVATION].to(env), root[K.IS_INIT].to(env))
         self._inputs = {k: root[k].to(pol) for k in (K.OBSERVATION, *self.input_specs)}
         self._state = {k: root[k].to(pol) for k in self.state_specs}

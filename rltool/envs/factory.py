@@ -13,7 +13,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rltool.config import EnvConfig
 from rltool.envs.envpool_vec import EnvPoolVectorEnv
-from rltool.envs.normalize import ObsNormalizer, RewardScaler
+from rltool.envs.normalize import ObsNormalizer, RewardScaler, make_obs_normalizer
 from rltool.envs.vector import VectorEnv, observation_spec
 from rltool.errors import ConfigError
 
@@ -45,6 +45,37 @@ def check_env_id(env_id: str) -> None:
         ) from None
 
 
+# a suite's package and how a short id becomes a full one
+SUITES = {"popgym": ("popgym", "popgym-{}-v0"), "minigrid": ("minigrid", "MiniGrid-{}-v0")}
+
+
+def resolve_id(cfg: EnvConfig) -> str:
+    """The gymnasium id of ``cfg``: ``env.id`` as given, or a suite's short name made full
+    (``RepeatPreviousEasy`` -> ``popgym:popgym-RepeatPreviousEasy-v0``); a suite whose package is
+    missing is bad input naming the extra to install."""
+    if cfg.suite == "gym":
+        return cfg.id
+    module, pattern = SUITES[cfg.suite]
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConfigError(
+            f"env={cfg.suite} needs the {module} package: pip install 'rltool[{cfg.suite}]'"
+        ) from None
+    if ":" in cfg.id:
+        return cfg.id
+    prefix = pattern.split("{")[0]
+    name = cfg.id if cfg.id.startswith(prefix) else pattern.format(cfg.id)
+    if name not in gym.registry:
+        tasks = sorted(k[len(prefix) : -3] for k in gym.registry if k.startswith(prefix))
+        raise ConfigError(
+            f"env={cfg.suite} has no task env.id={cfg.id!r} ({name}): choose one of "
+            f"{', '.join(tasks[:6])}, ... ({len(tasks)} in all, the names of gymnasium's "
+            f"registry starting with {prefix!r})"
+        )
+    return f"{module}:{name}"
+
+
 def one_thread_per_worker() -> None:
     """An async worker steps one env: one thread for torch, OpenMP and the BLAS libraries, so that
     N workers and the main process's ``num_threads`` do not oversubscribe the cores. Nothing
@@ -67,24 +98,45 @@ def _make_one(
     return gym.make(env_id, **kwargs, **extra)
 
 
+def _shareable(space: gym.Space) -> bool:
+    """Whether gymnasium can pass ``space`` through shared memory (not MiniGrid's mission text):
+    where it cannot, the async workers send their observations by pipe."""
+    try:
+        gym.vector.utils.create_shared_memory(space, n=1)
+    except Exception:  # gymnasium raises several kinds for a space it has no layout for
+        return False
+    return True
+
+
 def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
     """gymnasium's SyncVectorEnv or AsyncVectorEnv (SAME_STEP autoreset) and the obs spec."""
-    check_env_id(cfg.id)
-    args = (cfg.id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
+    env_id = resolve_id(cfg)
+    check_env_id(env_id)
+    args = (env_id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
     try:
         probe = _make_one(*args)
     except Exception as e:  # a bad kwarg or a broken user env: say which
         raise ConfigError(
-            f"env.id={cfg.id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
+            f"env.id={env_id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
             f"build: {type(e).__name__}: {e}"
         ) from None
-    obs_spec, _ = observation_spec(probe.observation_space, cfg.obs_keep)
-    probe.close()
+    try:
+        obs_spec, _ = observation_spec(probe.observation_space, *_obs_args(cfg))
+        shared = backend == "async" and _shareable(probe.observation_space)
+    finally:
+        probe.close()
     if backend == "async":
         fn = functools.partial(_make_one, *args, worker=True)
-        return AsyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
+        mode = AutoresetMode.SAME_STEP
+        return AsyncVectorEnv([fn] * n, shared_memory=shared, autoreset_mode=mode), obs_spec
     fn = functools.partial(_make_one, *args)
     return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
+
+
+def _obs_args(cfg: EnvConfig) -> tuple:
+    """``observation_spec``'s arguments after the space: obs_keep, obs_keys, symbolic."""
+    keys = list(cfg.obs_keys) if cfg.obs_keys is not None else None
+    return cfg.obs_keep, keys, cfg.image == "symbolic"
 
 
 def make_env(
@@ -102,13 +154,15 @@ def make_env(
     n = num_envs or cfg.num_envs
     backend = backend or cfg.backend
     if backend == "envpool":
-        vec = EnvPoolVectorEnv(cfg.id, n, dict(cfg.kwargs), cfg.max_episode_steps)
-        obs_spec, _ = observation_spec(vec.single_observation_space, cfg.obs_keep)
+        vec = EnvPoolVectorEnv(resolve_id(cfg), n, dict(cfg.kwargs), cfg.max_episode_steps)
+        obs_spec, _ = observation_spec(vec.single_observation_space, *_obs_args(cfg))
     else:
         vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
     if cfg.normalize_obs and obs_norm is None:
-        obs_norm = ObsNormalizer(obs_spec.shape, clip=cfg.clip_obs)
+        obs_norm = make_obs_normalizer(obs_spec, clip=cfg.clip_obs)
     scaler = RewardScaler(n, gamma) if cfg.normalize_reward and training else None
-    env = VectorEnv(vec, cfg.obs_keep, obs_norm if cfg.normalize_obs else None, scaler, device)
+    norm = obs_norm if cfg.normalize_obs else None
+    keys, symbolic = _obs_args(cfg)[1:]
+    env = VectorEnv(vec, cfg.obs_keep, norm, scaler, device, obs_keys=keys, symbolic=symbolic)
     env.set_training(training)
     return env

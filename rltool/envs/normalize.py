@@ -66,6 +66,42 @@ class ObsNormalizer:
         self.stats.load_state_dict(state)
 
 
+class EntryNormalizer:
+    """An :class:`ObsNormalizer` per float vector entry of a nested observation (a TensorDict);
+    images, indices and one-hot entries pass unchanged. State: ``{entry: {mean, var, count}}``."""
+
+    def __init__(self, spec, clip: float = 10.0):
+        self.norms = {
+            k: ObsNormalizer(s.shape, clip) for k, s in spec.entries.items() if s.kind == "vector"
+        }
+
+    def __call__(self, obs, update: bool = True):
+        if not self.norms:
+            return obs
+        out = obs.clone(recurse=False)
+        for k, norm in self.norms.items():
+            out.set(k, norm(obs.get(k), update))
+        return out
+
+    def state_dict(self):
+        return {k: n.state_dict() for k, n in self.norms.items()}
+
+    def load_state_dict(self, state):
+        for k, n in self.norms.items():
+            n.load_state_dict(state[k])
+
+
+def make_obs_normalizer(spec, clip: float = 10.0):
+    """The running normaliser of an observation spec: one :class:`ObsNormalizer` for a flat
+    observation, an :class:`EntryNormalizer` for a nested one, None for an image (uint8 pixels or
+    codes are no running statistics' business)."""
+    if hasattr(spec, "entries"):
+        return EntryNormalizer(spec, clip)
+    if spec.kind == "image":
+        return None
+    return ObsNormalizer(spec.shape, clip=clip)
+
+
 class RewardScaler:
     """Divides rewards by the std of the discounted return (as SB3's VecNormalize does)."""
 

@@ -18,6 +18,7 @@ from tensordict import TensorDict
 
 from rltool import keys as K
 from rltool.envs.normalize import ObsNormalizer, RewardScaler
+from rltool.envs.spaces import make_converter
 from rltool.envs.state import get_env_state, set_env_state
 from rltool.errors import ConfigError
 from rltool.specs import EnvSpecs, Spec
@@ -36,42 +37,16 @@ class StepResult(NamedTuple):
     episode_length: torch.Tensor  # [B, 1] int64 (valid where done)
 
 
-def observation_spec(space: gym.Space, keep: list[int] | None) -> tuple[Spec, callable]:
-    """The observation spec and a numpy -> float tensor [B, *shape] converter for ``space``."""
-    if isinstance(space, gym.spaces.Box):
-        shape, convert = space.shape, lambda o: torch.from_numpy(np.asarray(o, dtype=np.float32))
-    elif isinstance(space, gym.spaces.Discrete):
-        n = int(space.n)
-        shape = (n,)
-        convert = lambda o: torch.nn.functional.one_hot(
-            torch.as_tensor(np.asarray(o) - space.start, dtype=torch.int64), n
-        ).float()
-    elif isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
-        sizes = [int(n) for n in space.nvec]
-        shape = (sum(sizes),)
-        convert = lambda o: torch.cat(
-            [
-                torch.nn.functional.one_hot(
-                    torch.as_tensor(np.asarray(o)[:, i] - space.start[i], dtype=torch.int64), n
-                ).float()
-                for i, n in enumerate(sizes)
-            ],
-            -1,
-        )
-    else:
-        raise ConfigError(
-            f"unsupported observation space {space}: rltool handles Box, Discrete and "
-            "1-D MultiDiscrete observations; wrap the env to flatten it"
-        )
-    if keep is None:
-        return Spec(tuple(shape)), convert
-    if len(shape) != 1 or not all(0 <= i < shape[0] for i in keep) or not keep:
-        raise ConfigError(
-            f"env.obs_keep={list(keep)} does not fit the observation shape "
-            f"{tuple(shape)}: give indices of a flat observation"
-        )
-    idx = torch.tensor(list(keep))
-    return Spec((len(keep),)), lambda o: convert(o).index_select(-1, idx)
+def observation_spec(
+    space: gym.Space,
+    keep: list[int] | None,
+    obs_keys: list[str] | None = None,
+    symbolic: bool = False,
+):
+    """The observation spec of ``space`` and its converter (batched numpy -> a tensor [B, *shape],
+    or a TensorDict [B] for a Dict / Tuple space; see :mod:`rltool.envs.spaces`)."""
+    conv = make_converter(space, keep, obs_keys, symbolic)
+    return conv.spec, conv
 
 
 def action_spec(space: gym.Space) -> Spec:
@@ -84,7 +59,13 @@ def action_spec(space: gym.Space) -> Spec:
             low=tuple(space.low.reshape(-1).tolist()),
             high=tuple(space.high.reshape(-1).tolist()),
         )
-    raise ConfigError(f"unsupported action space {space}: rltool handles Discrete and Box actions")
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        nvec = tuple(int(n) for n in space.nvec)
+        return Spec((len(nvec),), torch.int64, nvec=nvec, low=tuple(float(s) for s in space.start))
+    raise ConfigError(
+        f"unsupported action space {space}: rltool handles Discrete, 1-D MultiDiscrete and Box "
+        "actions"
+    )
 
 
 class VectorEnv:
@@ -97,18 +78,27 @@ class VectorEnv:
         obs_norm: ObsNormalizer | None = None,
         reward_scaler: RewardScaler | None = None,
         device: torch.device | str = "cpu",
+        obs_keys: list[str] | None = None,
+        symbolic: bool = False,
     ):
         self.vec_env, self.num_envs = vec_env, vec_env.num_envs
-        obs, self._convert = observation_spec(vec_env.single_observation_space, obs_keep)
+        space = vec_env.single_observation_space
+        obs, self._convert = observation_spec(space, obs_keep, obs_keys, symbolic)
         self.specs = EnvSpecs(observation=obs, action=action_spec(vec_env.single_action_space))
         self.obs_norm, self.reward_scaler = obs_norm, reward_scaler
         self.device = torch.device(device)
         self.training = True
-        self._discrete = self.specs.action.discrete
+        act = self.specs.action
+        self._discrete = act.discrete or act.multi_discrete
         if not self._discrete:
             self._low = np.asarray(vec_env.single_action_space.low, dtype=np.float32)
             self._high = np.asarray(vec_env.single_action_space.high, dtype=np.float32)
-        self._act_offset = int(self.specs.action.low[0]) if self._discrete else 0
+        self._act_offset = None
+        if act.discrete:
+            self._act_offset = int(act.low[0])
+        elif act.multi_discrete and any(act.low):
+            self._act_offset = np.asarray(act.low, dtype=np.int64)
+        self._has_offset = self._act_offset is not None and bool(np.any(self._act_offset))
         # [B, 1] like the tensors they become: no reshape per step
         self._ep_return = np.zeros((self.num_envs, 1))
         self._ep_length = np.zeros((self.num_envs, 1), dtype=np.int64)
@@ -127,7 +117,9 @@ class VectorEnv:
         self.training = training
 
     def _obs(self, raw, update: bool = True) -> torch.Tensor:
-        obs = self._convert(raw)
+        return self._norm(self._convert(raw), update)
+
+    def _norm(self, obs, update: bool):
         return self.obs_norm(obs, update and self.training) if self.obs_norm is not None else obs
 
     def _to(self, *tensors: torch.Tensor):
@@ -148,7 +140,7 @@ class VectorEnv:
         act = action.detach()
         act = (act if act.device.type == "cpu" else act.cpu()).numpy()
         if self._discrete:
-            act = act + self._act_offset if self._act_offset else act
+            act = act + self._act_offset if self._has_offset else act
         else:  # the policy's Gaussian sample is unbounded; the env gets it clipped to its bounds
             act = np.clip(act, self._low, self._high)
         raw, reward, term, trunc, info = self.vec_env.step(act)
@@ -161,10 +153,8 @@ class VectorEnv:
         next_obs = obs
         if done.any():
             self._ep_return[done], self._ep_length[done] = 0.0, 0
-            mask = info["_final_obs"]
-            final = raw.copy()  # merged on the host: cheaper than a masked write of tensors
-            final[mask] = np.stack(info["final_obs"][mask])
-            next_obs = self._obs(final, update=False)
+            final = self._convert.merge_final(raw, info["final_obs"], info["_final_obs"])
+            next_obs = self._norm(final, update=False)
         rew = torch.from_numpy(np.asarray(reward, dtype=np.float32)[:, None])
         if self.reward_scaler is not None:
             rew = self.reward_scaler(rew[:, 0], torch.from_numpy(done), self.training)[:, None]

@@ -46,6 +46,39 @@ class CategoricalHead(nn.Module):
         return -(logp.exp() * logp).sum(-1)
 
 
+class MultiCategoricalHead(nn.Module):
+    """MultiDiscrete actions: one categorical per factor (``nvec``), ``logits`` [*, sum(nvec)];
+    actions int64 [*, k]; log-probs and entropies summed over the factors; greedy = per-factor
+    argmax."""
+
+    param_keys = (K.LOGITS,)
+
+    def __init__(self, in_features: int, nvec: tuple[int, ...]):
+        super().__init__()
+        self.nvec = [int(n) for n in nvec]
+        self.linear = init_linear(nn.Linear(in_features, sum(self.nvec)), gain=0.01)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {K.LOGITS: self.linear(x)}
+
+    def _split(self, params):
+        return params[K.LOGITS].split(self.nvec, -1)
+
+    def sample(self, params, explore: bool) -> torch.Tensor:
+        return torch.stack(
+            [CategoricalHead.sample({K.LOGITS: lg}, explore) for lg in self._split(params)], -1
+        )
+
+    def log_prob(self, params, action: torch.Tensor) -> torch.Tensor:
+        parts = self._split(params)
+        return sum(
+            CategoricalHead.log_prob({K.LOGITS: lg}, action[..., i]) for i, lg in enumerate(parts)
+        )
+
+    def entropy(self, params) -> torch.Tensor:
+        return sum(CategoricalHead.entropy({K.LOGITS: lg}) for lg in self._split(params))
+
+
 class GaussianHead(nn.Module):
     """features [*, F] -> ``loc``, ``scale`` [*, d]: a diagonal Gaussian with a state-independent
     log-std (as SB3). No squashing: the sample is stored and scored unbounded; the env clips it to

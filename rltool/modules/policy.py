@@ -15,7 +15,15 @@ from torch import nn
 from rltool import keys as K
 from rltool.config import PolicyConfig
 from rltool.errors import ConfigError
-from rltool.modules.heads import CategoricalHead, GaussianHead, QHead, epsilon_greedy, value_head
+from rltool.modules.encoders import ObsEncoder
+from rltool.modules.heads import (
+    CategoricalHead,
+    GaussianHead,
+    MultiCategoricalHead,
+    QHead,
+    epsilon_greedy,
+    value_head,
+)
 from rltool.modules.mlp import mlp, out_features
 from rltool.modules.recurrent import GRUModule, LSTMModule
 from rltool.specs import EnvSpecs, Spec
@@ -86,6 +94,11 @@ class ActorCritic(nn.Module):
         super().__init__()
         self.specs, self.explore, self.epsilon = specs, True, 0.0
         self.is_q = "q" in heads
+        if self.is_q and specs.action.multi_discrete:
+            raise ConfigError(
+                f"loss=dqn cannot act in this env's MultiDiscrete{list(specs.action.nvec)} "
+                "actions (one Q-value per joint action is not built): use loss=ppo"
+            )
         if self.is_q and not specs.action.discrete:
             raise ConfigError(
                 "loss=dqn needs a discrete action space, but this env's actions are continuous "
@@ -94,7 +107,10 @@ class ActorCritic(nn.Module):
         self.in_keys = [INPUT_KEYS[name] for name in cfg.inputs]
         act = specs.action
         self.action_features = act.n if act.discrete else int(torch.Size(act.shape).numel())
-        in_dim = int(torch.Size(specs.observation.shape).numel())
+        if act.multi_discrete:
+            self.action_features = sum(act.nvec)
+        self.encoder = ObsEncoder(specs.observation, cfg)
+        in_dim = self.encoder.out_features
         in_dim += self.action_features * (K.PREV_ACTION in self.in_keys)
         in_dim += K.PREV_REWARD in self.in_keys
         self.actor_torso = Torso(in_dim, cfg, memory=memory)
@@ -111,6 +127,8 @@ class ActorCritic(nn.Module):
             self.dist = QHead(f, act.n, cfg.dueling)
         elif act.discrete:
             self.dist = CategoricalHead(f, act.n)
+        elif act.multi_discrete:
+            self.dist = MultiCategoricalHead(f, act.nvec)
         else:
             self.dist = GaussianHead(f, act.shape[-1], cfg.init_log_std)
 
@@ -134,19 +152,26 @@ class ActorCritic(nn.Module):
             out[K.PREV_REWARD] = self.specs.reward
         return out
 
+    def _prev_action(self, a: torch.Tensor, dtype) -> torch.Tensor:
+        act = self.specs.action
+        if act.discrete:
+            return nn.functional.one_hot(a.long(), self.action_features).to(dtype)
+        if act.multi_discrete:
+            return torch.cat(
+                [nn.functional.one_hot(a[..., i].long(), n) for i, n in enumerate(act.nvec)], -1
+            ).to(dtype)
+        return a.to(dtype)
+
     def encode(self, inputs: dict) -> torch.Tensor:
-        obs = inputs[K.OBSERVATION]
-        n_obs = len(self.specs.observation.shape)
-        parts = [obs.flatten(-n_obs) if n_obs != 1 else obs]
+        """The observation's features (per entry, concatenated) and the previous inputs."""
+        enc = self.encoder
+        # a flat vector observation is only flattened: no module call per step
+        x = enc.flatten(inputs[K.OBSERVATION]) if enc.plain else enc(inputs[K.OBSERVATION])
+        parts = [x]
         if K.PREV_ACTION in self.in_keys:
-            a = inputs[K.PREV_ACTION]
-            parts.append(
-                nn.functional.one_hot(a.long(), self.action_features).to(obs.dtype)
-                if self.specs.action.discrete
-                else a.to(obs.dtype)
-            )
+            parts.append(self._prev_action(inputs[K.PREV_ACTION], x.dtype))
         if K.PREV_REWARD in self.in_keys:
-            parts.append(inputs[K.PREV_REWARD].to(obs.dtype))
+            parts.append(inputs[K.PREV_REWARD].to(x.dtype))
         return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
 
     def _heads(self, inputs, state, is_init, time_dim, need_states):
