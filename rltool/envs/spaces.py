@@ -179,8 +179,10 @@ class NestedConverter:
 
     def batch_size(self, raw) -> int:
         """B of raw observations batched [B, ...] entry by entry (a UserError if one misfits)."""
-        sizes = {_batch_of(_get(raw, p), self._shapes[k], f"observation entry {k!r}")
-                 for k, p in self.paths.items()}
+        sizes = {
+            _batch_of(_get(raw, p), self._shapes[k], f"observation entry {k!r}")
+            for k, p in self.paths.items()
+        }
         if len(sizes) != 1:
             raise UserError(f"observation entries of different batch sizes {sorted(sizes)}")
         return sizes.pop()
