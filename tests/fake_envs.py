@@ -52,9 +52,9 @@ class DiscreteObsEnv(gym.Env):
 class NestedEnv(gym.Env):
     """Dict observation of known values: ``pos`` = [t, k] (float Box), ``dir`` = t % 4
     (Discrete(4, start=1): the env sends t % 4 + 1), ``image`` = a 6x6x2 uint8 grid filled with
-    10 * k + t, ``mission`` = text. Actions MultiDiscrete([3, 2]) when ``multi``: reward a0 + 10 a1
-    (else Discrete(2): reward the action). Terminates at t == terminate_at; truncation from
-    TimeLimit. Has get_state / set_state (exact resume)."""
+    (10 * k + t) % 256, ``mission`` = text. Actions MultiDiscrete([3, 2]) when ``multi``: reward
+    a0 + 10 a1 (else Discrete(2): reward the action). Terminates at t == terminate_at;
+    truncation from TimeLimit. Has get_state / set_state (exact resume)."""
 
     def __init__(self, terminate_at: int | None = None, multi: bool = False, size: int = 6):
         self.observation_space = gym.spaces.Dict(
@@ -69,7 +69,7 @@ class NestedEnv(gym.Env):
         self.terminate_at, self.size, self.t, self.k = terminate_at, size, 0, -1
 
     def _obs(self):
-        image = np.full((self.size, self.size, 2), 10 * self.k + self.t, np.uint8)
+        image = np.full((self.size, self.size, 2), (10 * self.k + self.t) % 256, np.uint8)
         pos = np.array([self.t, self.k], np.float32)
         return {"pos": pos, "dir": self.t % 4 + 1, "image": image, "mission": "go"}
 
