@@ -144,3 +144,28 @@ def test_the_loop_steps_on_the_sum_of_the_loss_terms_and_reports_diagnostics():
         out["approx_kl"].item(), ((log_ratio.exp() - 1) - log_ratio).mean().item(), rel_tol=1e-6
     )
     assert out["clip_fraction"].item() == 0.75  # ratios 1.2, 0.8, 1.0, 0.25 vs eps 0.15
+
+
+@pytest.mark.parametrize("anneal", [False, True])
+def test_the_entropy_bonus_decays_with_the_remaining_budget_when_annealed(anneal):
+    """anneal_entropy scales entropy_coef by (1 - progress), as anneal_clip does the clip: the
+    loss term the loop steps on is -coef * (1 - progress) * entropy."""
+    from rltool.train import build
+
+    cfg = make_cfg(
+        "env=cartpole",
+        "env.num_envs=2",
+        "collector.frames_per_batch=16",
+        "loss.epochs=1",
+        "loss.num_minibatches=1",
+        "loss.entropy_coef=0.1",
+        f"loss.anneal_entropy={anneal}",
+    )
+    run = build(cfg)
+    batch, seen = run.collector.collect(), []
+    run.algo.update(batch, 0.75, 16, lambda terms, apply=True: seen.append(terms))
+    run.collector.close()
+    run.eval_env.close()
+    scale = 0.25 if anneal else 1.0
+    (terms,) = seen
+    assert terms["loss_entropy"].item() == pytest.approx(-0.1 * scale * terms["entropy"].item())

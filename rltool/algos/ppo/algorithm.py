@@ -27,6 +27,7 @@ class PPO(Algorithm):
         """Logs ``epochs``: the epochs completed (fewer when ``target_kl`` stopped the batch)."""
         c = self.cfg.loss
         self.loss.clip_epsilon = c.clip_epsilon * (1 - progress if c.anneal_clip else 1)
+        self.loss.entropy_coef = c.entropy_coef * (1 - progress if c.anneal_entropy else 1)
         add_gae(batch, c.gamma, c.gae_lambda)
         kl_limit = c.target_kl and 1.5 * c.target_kl
         for epoch in range(c.epochs):

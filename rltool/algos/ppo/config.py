@@ -17,6 +17,7 @@ class PPOConfig:
     clip_value: float | None = None  # value clipping range; null = off
     normalize_advantage: bool = True
     entropy_coef: float = 0.0
+    anneal_entropy: bool = False  # entropy_coef decays linearly to 0 over total_frames
     value_coef: float = 0.5
     reduction: str = "mean"
     epochs: int = 10
