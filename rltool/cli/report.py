@@ -9,7 +9,8 @@ from __future__ import annotations
 import sys
 
 from rltool.cli import ArgParser
-from rltool.results import find_runs, format_table, group_runs, rows
+from rltool.results import find_runs, group_runs
+from rltool.tables import format_table, rows
 
 
 def warn_unreadable(cmd: str, unreadable) -> None:
