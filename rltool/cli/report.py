@@ -1,8 +1,10 @@
 """``rltool report <dirs...> [--by KEYS] [--goal G] [--format table|markdown|csv]``: one row per
 setting of the runs found in run or sweep folders (see :mod:`rltool.results`): the frame budget,
 the final evaluations over seeds (mean, min, 10th percentile, median, max), how many seeds reach
-the goal, and the mean over seeds of each seed's best periodic evaluation ("best eval": the best
-of greedy evaluations along the way, not the final policy's)."""
+the goal, and the mean over seeds of each seed's best periodic evaluation ("best greedy eval":
+the best of greedy evaluations along the way, not the final policy's, and not POPGym's MMER).
+POPGym settings get an aggregate row per policy, MiniGrid's a success column
+(:mod:`rltool.tables`)."""
 
 from __future__ import annotations
 
