@@ -105,3 +105,34 @@ def test_success_rate_is_the_share_of_positive_returns():
     got = summarize([0.9, 0.0, -1.0, 0.4], [10, 245, 245, 30])
     assert got["eval/success_rate"] == 0.5
     assert math.isnan(summarize([], [])["eval/success_rate"])
+
+
+def test_plot_by_task_one_panel_per_task_one_curve_per_policy(sweep, capsys, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from rltool.cli import plot as plot_cmd
+
+    for run in sweep.iterdir():  # four evaluations each, the seeds apart
+        final = json.loads((run / "summary.json").read_text())["eval/return_mean"]
+        points = [f"{f},{final * f / 4000}" for f in (1000, 2000, 3000, 4000)]
+        (run / "metrics.csv").write_text("frames,eval/return_mean\n" + "\n".join(points) + "\n")
+    figures = []
+    save = plot_cmd._save
+    monkeypatch.setattr(
+        plot_cmd, "_save", lambda plt, fig, out: figures.append(fig) or save(plt, fig, out)
+    )
+    out = sweep / "curves.png"
+    assert main(["plot", str(sweep), "--by", "task", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"rltool plot: 3 panel(s), 6 curve(s) -> {out}"
+    assert out.stat().st_size > 1000
+    axes = [ax for ax in figures[0].axes if ax.get_visible()]
+    assert [ax.get_title() for ax in axes] == [
+        "task=RepeatPreviousEasy",
+        "task=CountRecallEasy",
+        "task=MemoryS7",
+    ]
+    for ax in axes:
+        labels = [line.get_label() for line in ax.lines]
+        assert labels == ["policy=gru (2 seeds)", "policy=mlp (2 seeds)"]
+        assert len(ax.collections) == 2  # the seeds' bands
+    colors = {tuple(ax.lines[0].get_color()) for ax in axes}
+    assert len(colors) == 1  # gru: one colour in every panel
