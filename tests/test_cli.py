@@ -113,7 +113,7 @@ def test_schemas_are_no_options(tmp_path):
     assert "policy: gru, lstm, mlp" in r.stdout and "loss: dqn, ppo" in r.stdout
     for arg, options in (
         ("policy=base_policy", "gru, lstm, mlp"),
-        ("env=base_env", "cartpole, cartpole_pomdp, gym, minigrid, pendulum, popgym"),
+        ("env=base_env", "atari, cartpole, cartpole_pomdp, gym, minigrid, pendulum, popgym"),
         ("loss=base_dqn", "dqn, ppo"),
         ("policy=nope", "gru, lstm, mlp"),
     ):
