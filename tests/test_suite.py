@@ -72,8 +72,8 @@ def test_every_policy_gets_the_tasks_env_and_budget(task):
 
 
 def test_budgets():
-    assert budget("task=MemoryS7")[2] == 500_000
-    assert {budget(f"task={t}")[2] for t in EASY} == {150_000}
+    assert budget("task=MemoryS7")[2] == 300_000
+    assert {budget(f"task={t}")[2] for t in EASY} == {120_000}
     assert {budget(f"task={t}")[2] for t in MEDIUM} == {1_000_000}
     quick = {budget("experiment=memory_suite_quick", f"task={t}")[2] for t in ["MemoryS7", *EASY]}
     assert quick == {60_000}  # the quick preset replaces every task's budget
