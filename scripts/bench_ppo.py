@@ -360,6 +360,8 @@ def main():
     )
     a = p.parse_args()
     if a.case in ("minigrid", "atari"):  # image observations: scripts/bench_images.py
+        if a.side_by_side:
+            p.error("--side-by-side: the mlp and lstm cases only (the image cases time CPU-s)")
         import bench_images
 
         return bench_images.main(a)
