@@ -221,6 +221,17 @@ def group_runs(runs: list[RunInfo], by: list[str] | None = None) -> list[Setting
     return list(settings.values())
 
 
+def mixed(settings: list[Setting], key: str = "env.id") -> list[tuple[str, list[str]]]:
+    """(setting name, the values) of each setting whose runs differ in ``key``: grouped by keys
+    that do not tell their tasks apart (``--by env`` over POPGym tasks, all ``env=popgym``)."""
+    out = []
+    for s in settings:
+        values = sorted({_short(r.value(key)) for r in s.runs})
+        if len(values) > 1:
+            out.append((s.name, values))
+    return out
+
+
 def _short(v) -> str:
     return "-" if v is None else str(v).replace(" ", "")
 

@@ -136,3 +136,16 @@ def test_plot_by_task_one_panel_per_task_one_curve_per_policy(sweep, capsys, mon
         assert len(ax.collections) == 2  # the seeds' bands
     colors = {tuple(ax.lines[0].get_color()) for ax in axes}
     assert len(colors) == 1  # gru: one colour in every panel
+
+
+def test_grouping_by_env_over_popgym_tasks_warns(sweep, capsys):
+    assert main(["report", str(sweep), "--by", "env,policy"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "rltool report: warning: 'env=popgym policy=gru' mixes runs of 2 env.id values "
+        "(CountRecallEasy, RepeatPreviousEasy): add task or env.id to --by",
+        "rltool report: warning: 'env=popgym policy=mlp' mixes runs of 2 env.id values "
+        "(CountRecallEasy, RepeatPreviousEasy): add task or env.id to --by",
+    ]
+    assert main(["report", str(sweep), "--by", "env.id,policy"]) == 0
+    assert capsys.readouterr().err == ""

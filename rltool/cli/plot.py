@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from rltool.cli import ArgParser
-from rltool.cli.report import warn_unreadable
+from rltool.cli.report import warn_mixed, warn_unreadable
 from rltool.errors import UserError
 from rltool.results import Setting, band, eval_curve, find_runs, group_runs
 
@@ -40,7 +40,9 @@ def plot_main(argv: list[str]) -> int:
     title = a.title or " ".join(a.dirs)
     if a.by:
         curves = _keys(a.curves)
-        panels = [(s.name, group_runs(s.runs, curves)) for s in group_runs(runs, _keys(a.by))]
+        by_panel = group_runs(runs, _keys(a.by))
+        warn_mixed("plot", by_panel)
+        panels = [(s.name, group_runs(s.runs, curves)) for s in by_panel]
         n = plot_panels(panels, out, a.metric, title, warnings)
         what = f"{len(panels)} panel(s), {n} curve(s)"
     else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from rltool.cli import ArgParser
-from rltool.results import find_runs, group_runs
+from rltool.results import find_runs, group_runs, mixed
 from rltool.tables import format_table, rows
 
 
@@ -38,5 +38,17 @@ def report_main(argv: list[str]) -> int:
     finally:
         warn_unreadable("report", unreadable)
     by = [k.strip() for k in a.by.split(",") if k.strip()] if a.by else None
-    print(format_table(rows(group_runs(runs, by), a.goal), a.format))
+    settings = group_runs(runs, by)
+    print(format_table(rows(settings, a.goal), a.format))
+    warn_mixed("report", settings)
     return 0
+
+
+def warn_mixed(cmd: str, settings) -> None:
+    """One line each on stderr: a setting whose runs are of several envs (one row, many tasks)."""
+    for name, ids in mixed(settings):
+        print(
+            f"rltool {cmd}: warning: {name!r} mixes runs of {len(ids)} env.id values "
+            f"({', '.join(ids)}): add task or env.id to --by",
+            file=sys.stderr,
+        )
