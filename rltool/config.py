@@ -32,6 +32,7 @@ class EnvConfig:
     id: str = "CartPole-v1"
     # how a short env.id is read: gym (as given) | popgym (RepeatPreviousEasy ->
     # popgym:popgym-RepeatPreviousEasy-v0) | minigrid (MemoryS7 -> minigrid:MiniGrid-MemoryS7-v0)
+    # | atari (Pong -> ale_py:ALE/Pong-v5, with gymnasium's AtariPreprocessing)
     suite: str = "gym"
     kwargs: dict[str, Any] = field(default_factory=dict)
     num_envs: int = 8
@@ -45,6 +46,8 @@ class EnvConfig:
     # (codes such as MiniGrid's object / colour / state, embedded per channel); never guessed
     image: str = "pixels"
     max_episode_steps: int | None = None
+    # the last this many observations stacked on a new first axis (1: none); env=atari: mlp only
+    frame_stack: int = 1
     normalize_obs: bool = False
     normalize_reward: bool = False
     clip_obs: float = 10.0
@@ -55,7 +58,15 @@ class EnvConfig:
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
         check_choice("env.image", self.image, ("pixels", "symbolic"))
-        check_choice("env.suite", self.suite, ("gym", "popgym", "minigrid"))
+        check_choice("env.suite", self.suite, ("gym", "popgym", "minigrid", "atari"))
+        check(self.frame_stack >= 1, "env.frame_stack", self.frame_stack, "must be >= 1")
+        check(
+            self.backend != "envpool" or (self.suite != "atari" and self.frame_stack == 1),
+            "env.backend",
+            self.backend,
+            "env=atari's preprocessing and env.frame_stack are gymnasium wrappers: use "
+            "env.backend=sync or async",
+        )
         if self.max_episode_steps is not None:
             check(
                 self.max_episode_steps >= 1,

@@ -65,7 +65,9 @@ def run_episodes(
 
 def summarize(returns: list[float], lengths: list[int]) -> dict[str, float]:
     """eval/return_mean, return_std (sample std; 0 for one episode), return_min, return_max,
-    the same four for length, and episodes; NaN where no episode finished."""
+    the same four for length, success_rate (the share of episodes whose return is positive:
+    MiniGrid's success; for returns that can be positive on failure it means nothing) and
+    episodes; NaN where no episode finished."""
     out: dict[str, float] = {}
     for name, xs in (("return", returns), ("length", lengths)):
         x = torch.tensor(xs, dtype=torch.float64)
@@ -74,6 +76,7 @@ def summarize(returns: list[float], lengths: list[int]) -> dict[str, float]:
         out[f"eval/{name}_std"] = math.nan if empty else (x.std().item() if len(x) > 1 else 0.0)
         out[f"eval/{name}_min"] = math.nan if empty else x.min().item()
         out[f"eval/{name}_max"] = math.nan if empty else x.max().item()
+    out["eval/success_rate"] = sum(r > 0 for r in returns) / len(returns) if returns else math.nan
     out["eval/episodes"] = len(returns)
     return out
 

@@ -9,12 +9,12 @@ there are several settings), or with ``by`` by the values of config keys: a grou
 
 A setting's row is a population: the final evaluations of its seeds (mean, min, 10th percentile,
 median, max; the count at or above a goal) and the best periodic evaluation of each seed.
+The tables themselves (rows, aggregates, formats): :mod:`rltool.tables`.
 """
 
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 from collections.abc import Iterable
@@ -87,6 +87,8 @@ class RunInfo:
 class Setting:
     name: str
     runs: list[RunInfo] = field(default_factory=list)
+    # what sets it apart: the ``by`` keys' values, or its overrides' (key: value)
+    values: dict[str, str] = field(default_factory=dict)
 
 
 def _is_run(d: Path) -> bool:
@@ -204,114 +206,38 @@ def group_runs(runs: list[RunInfo], by: list[str] | None = None) -> list[Setting
         for r in runs:
             values = tuple(r.value(k) for k in by)
             name = " ".join(f"{k}={_short(v)}" for k, v in zip(by, values, strict=True))
-            settings.setdefault(tuple(map(str, values)), Setting(name)).runs.append(r)
+            named = {k: _short(v) for k, v in zip(by, values, strict=True)}
+            settings.setdefault(tuple(map(str, values)), Setting(name, values=named))
+            settings[tuple(map(str, values))].runs.append(r)
         return list(settings.values())
     keys = list(dict.fromkeys(r.seed_free for r in runs))
     common = set.intersection(*(set(k) for k in keys)) if len(keys) > 1 else set()
     settings: dict[tuple, Setting] = {}
     for r in runs:
         name = " ".join(o for o in r.seed_free if o not in common) or "(defaults)"
-        settings.setdefault(r.seed_free, Setting(name)).runs.append(r)
+        own = [o for o in r.seed_free if o not in common and "=" in o]
+        named = dict(o.lstrip("+~").split("=", 1) for o in own)
+        settings.setdefault(r.seed_free, Setting(name, values=named)).runs.append(r)
     return list(settings.values())
+
+
+def mixed(settings: list[Setting], key: str = "env.id") -> list[tuple[str, list[str]]]:
+    """(setting name, the values) of each setting whose runs differ in ``key``: grouped by keys
+    that do not tell their tasks apart (``--by env`` over POPGym tasks, all ``env=popgym``)."""
+    out = []
+    for s in settings:
+        values = sorted({_short(r.value(key)) for r in s.runs})
+        if len(values) > 1:
+            out.append((s.name, values))
+    return out
 
 
 def _short(v) -> str:
     return "-" if v is None else str(v).replace(" ", "")
 
 
-def _finite(xs) -> list[float]:
+def finite(xs) -> list[float]:
     return [float(x) for x in xs if x is not None and math.isfinite(x)]
-
-
-def population(xs: list[float], goal: float | None = None) -> dict[str, float]:
-    """mean, min, p10 (numpy's linear interpolation), median, max of the finite ``xs``, and
-    ``at_goal``: how many are >= ``goal`` (None without a goal)."""
-    xs = _finite(xs)
-    if not xs:
-        stats = dict.fromkeys(("mean", "min", "p10", "median", "max"), math.nan)
-    else:
-        a = np.asarray(xs)
-        stats = {
-            "mean": float(a.mean()),
-            "min": float(a.min()),
-            "p10": float(np.percentile(a, 10)),
-            "median": float(np.median(a)),
-            "max": float(a.max()),
-        }
-    return stats | {"at_goal": None if goal is None else sum(x >= goal for x in xs)}
-
-
-def _budget(runs: list[RunInfo]) -> float:
-    """The frame budget (total_frames) of the runs: one number, or nan when they differ."""
-    budgets = {r.value("total_frames") for r in runs} - {None}
-    return float(budgets.pop()) if len(budgets) == 1 else math.nan
-
-
-def rows(settings: list[Setting], goal: float | None = None) -> list[dict]:
-    """One dict per setting: seeds, budget, the final evals' population (``final_*``), the count
-    at the goal, the mean over seeds of each seed's best evaluation, wall time and status."""
-    out = []
-    for s in settings:
-        final = population([r.summary.get("eval/return_mean") for r in s.runs], goal)
-        counts: dict[str, int] = {}
-        for r in s.runs:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        errors = sorted({r.error for r in s.runs if r.error})
-        walls = _finite(r.summary.get("wall_time_s") for r in s.runs)
-        best = _finite(r.best_eval for r in s.runs)
-        out.append(
-            {
-                "setting": s.name,
-                "seeds": len(s.runs),
-                "frames": _budget(s.runs),
-                **{f"final_{k}": v for k, v in final.items() if k != "at_goal"},
-                "at_goal": final["at_goal"],
-                "goal": goal,
-                "best_mean": float(np.mean(best)) if best else math.nan,
-                "wall_time_s": float(np.mean(walls)) if walls else math.nan,
-                "status": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
-                "error": "; ".join(errors),
-            }
-        )
-    return out
-
-
-def _fmt(x, spec: str) -> str:
-    return "-" if x is None or not math.isfinite(x) else format(x, spec)
-
-
-def _cells(r: dict) -> list[str]:
-    cells = [r["setting"], str(r["seeds"]), _fmt(r["frames"], ",.0f")]
-    cells += [_fmt(r[f"final_{k}"], ".1f") for k in ("mean", "min", "p10", "median", "max")]
-    if r["goal"] is not None:
-        cells.append(f"{r['at_goal']}/{r['seeds']}")
-    cells += [_fmt(r["best_mean"], ".1f"), _fmt(r["wall_time_s"], ".0f")]
-    return [*cells, r["status"] + (f" ({r['error']})" if r["error"] else "")]
-
-
-def format_table(table: list[dict], fmt: str = "table") -> str:
-    """``table`` (aligned columns), ``markdown`` or ``csv`` (every field of :func:`rows`)."""
-    if fmt == "csv":
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
-        return buf.getvalue().rstrip("\n")
-    head = ["setting", "seeds", "frames", "final mean", "min", "p10", "median", "max"]
-    if table[0]["goal"] is not None:
-        head.append(f">= {table[0]['goal']:g}")
-    head += ["best eval", "wall s", "status"]
-    body = [_cells(r) for r in table]
-    if fmt == "markdown":
-        lines = [head, ["---"] * len(head), *body]
-        return "\n".join(
-            "| " + " | ".join(c.replace("|", "\\|") for c in ln) + " |" for ln in lines
-        )
-    widths = [max(len(ln[i]) for ln in [head, *body]) for i in range(len(head))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(ln, widths, strict=True)).rstrip()
-        for ln in [head, *body]
-    )
 
 
 def eval_curve(run: RunInfo, metric: str = "eval/return_mean") -> tuple[np.ndarray, np.ndarray]:

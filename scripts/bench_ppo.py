@@ -4,6 +4,8 @@ Cases (same hyperparameters for both, printed side by side; same evaluator: rlto
   mlp   CartPole-v1, rl-zoo's PPO settings; threshold 475            vs SB3 PPO
   lstm  CartPole-v1 without velocities, rl-zoo's RecurrentPPO settings; threshold 450
                                                                      vs sb3-contrib RecurrentPPO
+  minigrid, atari  image observations, recurrent, frames per CPU-second and parameter counts
+        side by side                          vs sb3-contrib RecurrentPPO (scripts/bench_images.py)
 Training frames/s excludes evaluation time. frames-to-threshold is the first evaluation (every
 --eval-every frames) whose mean return reaches the threshold. Medians over --seeds seeds.
 
@@ -345,7 +347,7 @@ def all_in_turn(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--case", choices=sorted(CASES), default="mlp")
+    p.add_argument("--case", choices=sorted([*CASES, "minigrid", "atari"]), default="mlp")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--frames", type=int, default=100_000)
     p.add_argument("--eval-every", type=int, default=5_000)
@@ -357,6 +359,12 @@ def main():
         "repeats a seed until SB3 ends): both timed under the same load; needs 2 cores and SB3",
     )
     a = p.parse_args()
+    if a.case in ("minigrid", "atari"):  # image observations: scripts/bench_images.py
+        if a.side_by_side:
+            p.error("--side-by-side: the mlp and lstm cases only (the image cases time CPU-s)")
+        import bench_images
+
+        return bench_images.main(a)
     torch.set_num_threads(1)
     threshold = CASES[a.case]["threshold"]
     if a.side_by_side:

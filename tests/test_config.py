@@ -35,6 +35,7 @@ def option_values(group: str, option: str) -> dict[tuple[str, ...], object]:
     path = ROOT / "conf" / group / f"{option}.yaml"
     body = OmegaConf.to_container(OmegaConf.load(path)) or {}
     body.pop("defaults", None)
+    body.pop("hydra", None)  # a sweep preset's jobs (tests/test_suite.py)
     if body and "@package _global_" not in path.read_text():
         body = {group: body}
 

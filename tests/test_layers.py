@@ -45,6 +45,7 @@ LAYERS = {
     "rltool/inference.py": RUN,
     "rltool/sweep.py": RUN,
     "rltool/results.py": RUN,
+    "rltool/tables.py": RUN,
     "rltool/cli/": COMMANDS,
     "rltool/__main__.py": COMMANDS,  # python -m rltool
 }

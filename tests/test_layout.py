@@ -17,7 +17,8 @@ from rltool import checkpoint as ckpt
 from rltool import layout
 from rltool.cli import main
 from rltool.layout import RunFolder
-from rltool.results import eval_curve, find_runs, group_runs, rows
+from rltool.results import eval_curve, find_runs, group_runs
+from rltool.tables import rows
 
 # 2 updates of 128 frames, evaluated twice on 2 episodes
 TINY = [

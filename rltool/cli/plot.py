@@ -1,6 +1,8 @@
-"""``rltool plot <dirs...> [--out PNG] [--metric M]``: eval return against frames, the mean over
-seeds with a +- one std band, one line per setting (needs matplotlib: ``pip install
-'rltool[plot]'``)."""
+"""``rltool plot <dirs...> [--out PNG] [--metric M] [--by KEYS [--curves KEYS]]``: eval return
+against frames, the mean over seeds with a +- one std band, one line per setting (needs
+matplotlib: ``pip install 'rltool[plot]'``). With ``--by``, one panel per value of those keys
+(``--by task``: one per task of the memory suite) and in each one curve per value of ``--curves``
+(default ``policy``), the same colour for the same curve in every panel."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import sys
 from pathlib import Path
 
 from rltool.cli import ArgParser
-from rltool.cli.report import warn_unreadable
+from rltool.cli.report import warn_mixed, warn_unreadable
 from rltool.errors import UserError
 from rltool.results import Setting, band, eval_curve, find_runs, group_runs
 
@@ -21,32 +23,45 @@ def plot_main(argv: list[str]) -> int:
     p.add_argument("--out", help="PNG file (default: <first folder>/learning_curves.png)")
     p.add_argument("--metric", default="eval/return_mean")
     p.add_argument("--title", default=None)
+    p.add_argument(
+        "--by",
+        help="one panel per value of these keys, comma-separated (task; env.id; a config group "
+        "takes the option each run chose, other keys their value)",
+    )
+    p.add_argument("--curves", default="policy", help="with --by: one curve per value of these")
     a = p.parse_args(argv)
     unreadable = []
     try:
-        settings = group_runs(find_runs(a.dirs, unreadable))
+        runs = find_runs(a.dirs, unreadable)
     finally:
         warn_unreadable("plot", unreadable)
     out = Path(a.out) if a.out else Path(a.dirs[0]) / "learning_curves.png"
     warnings: list[str] = []
-    n = plot(settings, out, a.metric, a.title or " ".join(a.dirs), warnings)
+    title = a.title or " ".join(a.dirs)
+    if a.by:
+        curves = _keys(a.curves)
+        by_panel = group_runs(runs, _keys(a.by))
+        warn_mixed("plot", by_panel)
+        panels = [(s.name, group_runs(s.runs, curves)) for s in by_panel]
+        n = plot_panels(panels, out, a.metric, title, warnings)
+        what = f"{len(panels)} panel(s), {n} curve(s)"
+    else:
+        what = f"{plot(group_runs(runs), out, a.metric, title, warnings)} setting(s)"
     for w in warnings:  # once the plot is written (a refused --out stays one line)
         print(f"rltool plot: warning: {w}", file=sys.stderr)
-    print(f"rltool plot: {n} setting(s) -> {out}")
+    print(f"rltool plot: {what} -> {out}")
     return 0
+
+
+def _keys(text: str) -> list[str]:
+    return [k.strip() for k in text.split(",") if k.strip()]
 
 
 MIN_POINTS = 3  # fewer eval points than this: a warning, and the training returns instead
 TRAIN_METRIC = "train/return_mean"
 
 
-def plot(
-    settings: list[Setting], out: Path, metric: str, title: str, warnings: list[str] | None = None
-) -> int:
-    """Draws the settings into ``out``; returns how many were drawn. A setting with a run of
-    fewer than :data:`MIN_POINTS` values of ``metric`` is drawn from its training returns (when
-    those have enough), with a line appended to ``warnings``."""
-    warnings = [] if warnings is None else warnings
+def _pyplot():
     try:
         import matplotlib
 
@@ -54,7 +69,10 @@ def plot(
         import matplotlib.pyplot as plt
     except ImportError:
         raise UserError("rltool plot needs matplotlib: pip install 'rltool[plot]'") from None
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    return plt
+
+
+def _check_out(plt, fig, out: Path) -> None:
     kinds = fig.canvas.get_supported_filetypes()
     if out.suffix and out.suffix[1:].lower() not in kinds:
         plt.close(fig)
@@ -62,11 +80,17 @@ def plot(
             f"--out {out}: matplotlib cannot write {out.suffix} files: end the name with one of "
             f"{', '.join('.' + k for k in sorted(kinds))}"
         )
+
+
+def _draw(ax, settings: list[Setting], metric: str, warnings: list[str], colors=None) -> int:
+    """The settings' curves on ``ax`` (see :func:`plot`); ``colors`` maps a curve's name to its
+    colour, filled as new names come (the same policy, the same colour in every panel)."""
     drawn = 0
     for s in settings:
         name, curves = s.name, [eval_curve(r, metric) for r in s.runs]
         counts = [(r, len(c[0])) for r, c in zip(s.runs, curves, strict=True)]
         few = [(r, n) for r, n in counts if n < MIN_POINTS]
+        label = s.name
         if few:
             train = [eval_curve(r, TRAIN_METRIC) for r in s.runs]
             what = ", ".join(f"{r.path} has {n}" for r, n in few)
@@ -76,25 +100,29 @@ def plot(
                 "against total_frames)" + (f": drawing {TRAIN_METRIC} instead" if fallback else "")
             )
             if fallback:
-                curves, name = train, f"{name} [{TRAIN_METRIC}]"
+                curves, label = train, f"{name} [{TRAIN_METRIC}]"
         x, mean, std = band(curves)
         if not len(x):
             continue
         seeds = sum(len(c[0]) > 0 for c in curves)
         marker = "o" if len(x) < 15 else None  # a few evals: show the points
+        color = None if colors is None else colors.get(s.name)
         (line,) = ax.plot(
-            x, mean, marker=marker, label=f"{name} ({seeds} seed{'s' * (seeds != 1)})"
+            x,
+            mean,
+            marker=marker,
+            color=color,
+            label=f"{label} ({seeds} seed{'s' * (seeds != 1)})",
         )
+        if colors is not None:
+            colors.setdefault(s.name, line.get_color())
         ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2)
         drawn += 1
-    if not drawn:
-        plt.close(fig)
-        raise UserError(f"no {metric} values in the metrics.csv of these runs: nothing to plot")
-    ax.set_xlabel("frames")
-    ax.set_ylabel(metric)
-    ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    return drawn
+
+
+def _save(plt, fig, out: Path) -> None:
     fig.tight_layout()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -103,4 +131,63 @@ def plot(
         raise UserError(f"--out {out}: cannot write it ({e}): give a writable path") from None
     finally:
         plt.close(fig)
+
+
+def plot(
+    settings: list[Setting], out: Path, metric: str, title: str, warnings: list[str] | None = None
+) -> int:
+    """Draws the settings into ``out``; returns how many were drawn. A setting with a run of
+    fewer than :data:`MIN_POINTS` values of ``metric`` is drawn from its training returns (when
+    those have enough), with a line appended to ``warnings``."""
+    warnings = [] if warnings is None else warnings
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    _check_out(plt, fig, out)
+    drawn = _draw(ax, settings, metric, warnings)
+    if not drawn:
+        plt.close(fig)
+        raise UserError(f"no {metric} values in the metrics.csv of these runs: nothing to plot")
+    ax.set_xlabel("frames")
+    ax.set_ylabel(metric)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    _save(plt, fig, out)
+    return drawn
+
+
+PANEL_COLUMNS = 3
+
+
+def plot_panels(
+    panels: list[tuple[str, list[Setting]]],
+    out: Path,
+    metric: str,
+    title: str,
+    warnings: list[str] | None = None,
+) -> int:
+    """One panel per (name, settings), :data:`PANEL_COLUMNS` to a row, each setting a curve with
+    its seeds shaded, a curve's colour the same in every panel; returns how many were drawn."""
+    warnings = [] if warnings is None else warnings
+    plt = _pyplot()
+    cols = min(PANEL_COLUMNS, len(panels))
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), dpi=100, squeeze=False)
+    _check_out(plt, fig, out)
+    colors: dict[str, str] = {}
+    drawn = 0
+    for ax, (name, settings) in zip(axes.flat, panels, strict=False):
+        drawn += _draw(ax, settings, metric, warnings, colors)
+        ax.set_title(name, fontsize=9)
+        ax.set_xlabel("frames", fontsize=8)
+        ax.set_ylabel(metric, fontsize=8)
+        ax.tick_params(labelsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    if not drawn:
+        plt.close(fig)
+        raise UserError(f"no {metric} values in the metrics.csv of these runs: nothing to plot")
+    fig.suptitle(title, fontsize=10)
+    _save(plt, fig, out)
     return drawn

@@ -1,15 +1,18 @@
 """``rltool report <dirs...> [--by KEYS] [--goal G] [--format table|markdown|csv]``: one row per
 setting of the runs found in run or sweep folders (see :mod:`rltool.results`): the frame budget,
 the final evaluations over seeds (mean, min, 10th percentile, median, max), how many seeds reach
-the goal, and the mean over seeds of each seed's best periodic evaluation ("best eval": the best
-of greedy evaluations along the way, not the final policy's)."""
+the goal, and the mean over seeds of each seed's best periodic evaluation ("best greedy eval":
+the best of greedy evaluations along the way, not the final policy's, and not POPGym's MMER).
+POPGym settings get an aggregate row per policy, MiniGrid's a success column
+(:mod:`rltool.tables`)."""
 
 from __future__ import annotations
 
 import sys
 
 from rltool.cli import ArgParser
-from rltool.results import find_runs, format_table, group_runs, rows
+from rltool.results import find_runs, group_runs, mixed
+from rltool.tables import format_table, rows
 
 
 def warn_unreadable(cmd: str, unreadable) -> None:
@@ -35,5 +38,17 @@ def report_main(argv: list[str]) -> int:
     finally:
         warn_unreadable("report", unreadable)
     by = [k.strip() for k in a.by.split(",") if k.strip()] if a.by else None
-    print(format_table(rows(group_runs(runs, by), a.goal), a.format))
+    settings = group_runs(runs, by)
+    print(format_table(rows(settings, a.goal), a.format))
+    warn_mixed("report", settings)
     return 0
+
+
+def warn_mixed(cmd: str, settings) -> None:
+    """One line each on stderr: a setting whose runs are of several envs (one row, many tasks)."""
+    for name, ids in mixed(settings):
+        print(
+            f"rltool {cmd}: warning: {name!r} mixes runs of {len(ids)} env.id values "
+            f"({', '.join(ids)}): add task or env.id to --by",
+            file=sys.stderr,
+        )

@@ -21,6 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rltool import runlock, sweep
+from rltool.cli import sweep_plan
 from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
 from rltool.config import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
@@ -191,6 +192,10 @@ def train_cmd(argv: list[str]) -> int:
     ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first."""
     global _BEFORE
     check_no_schema(argv)
+    if sweep_plan.wants_plan(argv):  # -m with --cfg: list the sweep's jobs, run none
+        lines = sweep_plan.plan(argv)
+        print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
+        return EXIT_OK
     args, tmp = resume_args(argv)
     sweep.LAST_SWEEP = None
     _BEFORE = _Before()

@@ -46,7 +46,11 @@ def check_env_id(env_id: str) -> None:
 
 
 # a suite's package and how a short id becomes a full one
-SUITES = {"popgym": ("popgym", "popgym-{}-v0"), "minigrid": ("minigrid", "MiniGrid-{}-v0")}
+SUITES = {
+    "popgym": ("popgym", "popgym-{}-v0"),
+    "minigrid": ("minigrid", "MiniGrid-{}-v0"),
+    "atari": ("ale_py", "ALE/{}-v5"),
+}
 
 
 def resolve_id(cfg: EnvConfig) -> str:
@@ -88,14 +92,41 @@ def one_thread_per_worker() -> None:
         sys.modules["torch"].set_num_threads(1)
 
 
+# gymnasium's standard Atari preprocessing (Machado et al. 2018 with v5's sticky actions): up to
+# 30 no-ops at reset, the action repeated on 4 frames and the last two max-pooled, 84x84
+# grayscale uint8, no episode end on a life lost; the base env steps single frames for it
+ATARI = {
+    "noop_max": 30,
+    "frame_skip": 4,
+    "screen_size": 84,
+    "grayscale_obs": True,
+    "scale_obs": False,
+    "terminal_on_life_loss": False,
+}
+
+
 def _make_one(
-    env_id: str, kwargs: dict, max_episode_steps: int | None, cwd: str, worker: bool = False
+    env_id: str,
+    kwargs: dict,
+    max_episode_steps: int | None,
+    cwd: str,
+    worker: bool = False,
+    suite: str = "gym",
+    frame_stack: int = 1,
 ) -> gym.Env:
     _import_path(cwd)
     if worker:
         one_thread_per_worker()
     extra = {"max_episode_steps": max_episode_steps} if max_episode_steps else {}
-    return gym.make(env_id, **kwargs, **extra)
+    if suite == "atari":
+        env = gym.wrappers.AtariPreprocessing(
+            gym.make(env_id, frameskip=1, **kwargs, **extra), **ATARI
+        )
+    else:
+        env = gym.make(env_id, **kwargs, **extra)
+    if frame_stack > 1:
+        env = gym.wrappers.FrameStackObservation(env, frame_stack)
+    return env
 
 
 def _shareable(space: gym.Space) -> bool:
@@ -113,8 +144,9 @@ def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
     env_id = resolve_id(cfg)
     check_env_id(env_id)
     args = (env_id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
+    wrap = {"suite": cfg.suite, "frame_stack": cfg.frame_stack}
     try:
-        probe = _make_one(*args)
+        probe = _make_one(*args, **wrap)
     except Exception as e:  # a bad kwarg or a broken user env: say which
         raise ConfigError(
             f"env.id={env_id!r} with env.kwargs={dict(cfg.kwargs)} failed to "
@@ -126,10 +158,10 @@ def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
     finally:
         probe.close()
     if backend == "async":
-        fn = functools.partial(_make_one, *args, worker=True)
+        fn = functools.partial(_make_one, *args, worker=True, **wrap)
         mode = AutoresetMode.SAME_STEP
         return AsyncVectorEnv([fn] * n, shared_memory=shared, autoreset_mode=mode), obs_spec
-    fn = functools.partial(_make_one, *args)
+    fn = functools.partial(_make_one, *args, **wrap)
     return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
 
 
