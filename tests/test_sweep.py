@@ -13,7 +13,8 @@ from conftest import CLI_PYTHONPATH, metric_rows
 from wandb_records import run_record
 
 from rltool.cli import main
-from rltool.results import band, find_runs, group_runs, rows
+from rltool.results import band, find_runs, group_runs
+from rltool.tables import rows
 
 # a tiny budget: 2 updates of 128 frames, evaluated twice on 2 episodes
 BASE = [
@@ -61,7 +62,9 @@ def test_basic_2x2_sweep_report_plot_and_rerun(tmp_path, capsys):
 
     assert main(["report", str(sweep), "--format", "markdown"]) == 0
     md = capsys.readouterr().out.splitlines()
-    assert md[0].startswith("| setting | seeds |") and len(md) == 4
+    table_lines = [line for line in md if line.startswith("|")]
+    assert md[0].startswith("| setting | seeds |") and len(table_lines) == 4  # header, rule, 2 rows
+    assert "not POPGym's MMER" in md[-1]  # the note under the table: what best eval means
     png = tmp_path / "curves.png"
     assert main(["plot", str(sweep), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
