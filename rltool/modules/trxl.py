@@ -139,7 +139,7 @@ class TrXLModule(Memory):
     def _scan(self, x, states, is_init, need_states):
         """x [T, N, F], states ([N, L, M, d], [N, M]), is_init [T, N] -> y [T, N, d] and the
         states after each step ([T, N, L, M, d], [T, N, M]) or None."""
-        T, M = x.shape[0], self.window
+        M = self.window
         valid = self._keys_valid(states[1], is_init)  # [T, N, M + 1]
         h, out = self.proj(x), []
         for i, block in enumerate(self.blocks):
