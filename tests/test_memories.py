@@ -109,13 +109,12 @@ def trxl_step(module, x, state):
     for i, block in enumerate(module.blocks):
         past = state[i][-M:]
         a = attend(block, h, torch.stack([*past, h]), M)
-        ff = lambda u: block.ff(block.norm_ff(u))  # noqa: E731
         if block.gates is None:
             u = h + a
-            out = u + ff(u)
+            out = u + block.ff(block.norm_ff(u))
         else:
             u = block.gates[0](h, torch.relu(a))
-            out = block.gates[1](u, torch.relu(ff(u)))
+            out = block.gates[1](u, torch.relu(block.ff(block.norm_ff(u))))
         new.append([*past, h][-M:])
         h = out
     return module.norm(h), new
