@@ -19,6 +19,7 @@ from rltool.modules.ffm import FFMModule
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.recurrent import recurrent_mode
 from rltool.modules.trxl import TrXLModule
+from rltool.scan import chunked_scan
 
 T, LEAD, F, H = 12, (2, 4), 3, 8
 TOL = dict(rtol=0, atol=1e-8)
@@ -291,3 +292,21 @@ def test_state_specs():
     assert make("ffm").state_specs["ffm_state"].shape == (2, 2, 3, 2)
     specs = make("trxl").state_specs
     assert specs["trxl_window"].shape == (2, 3, H) and specs["trxl_valid"].dtype == torch.bool
+
+
+@pytest.mark.parametrize("t", [1, 2, 5, 16, 17, 100, 513])
+@pytest.mark.parametrize("complex_", [False, True])
+def test_chunked_scan_equals_a_step_loop(t, complex_):
+    """Every chunk layout (padded or not, one chunk, one step), real and complex, zeros in a."""
+    g = torch.Generator().manual_seed(t)
+    a = torch.rand(t, 3, 4, generator=g, dtype=torch.float64)
+    a[torch.rand(t, 3, 4, generator=g) < 0.1] = 0.0
+    b, x0 = torch.randn(t, 3, 4, generator=g, dtype=torch.float64), torch.randn(3, 4)
+    x0 = x0.double()
+    if complex_:
+        a, b, x0 = torch.polar(a, torch.ones_like(a)), torch.complex(b, -b), torch.complex(x0, x0)
+    want, x = [], x0
+    for at, bt in zip(a, b, strict=True):
+        x = at * x + bt
+        want.append(x)
+    torch.testing.assert_close(chunked_scan(a, b, x0), torch.stack(want), **TOL)
