@@ -70,9 +70,10 @@ class _Block(nn.Module):
     def forward(self, e, k, v, valid):
         """e [.., d]; k, v [.., heads, dh, M + 1]; valid [.., M + 1] -> the layer's output."""
         q = self.q(self.norm(e)).unflatten(-1, (self.heads, self.dh))
-        score = torch.einsum("...hd,...hdj->...hj", q, k) / self.dh**0.5 + self.pos
+        # products and sums, not einsum: it becomes one tiny matmul per step and head (~4x slower)
+        score = (q.unsqueeze(-1) * k).sum(-2) / self.dh**0.5 + self.pos  # [.., heads, M + 1]
         score = score.masked_fill(~valid.unsqueeze(-2), float("-inf"))
-        att = torch.einsum("...hj,...hdj->...hd", torch.softmax(score, -1), v)
+        att = (torch.softmax(score, -1).unsqueeze(-2) * v).sum(-1)  # [.., heads, dh]
         a = self.out(att.flatten(-2))
         if self.gates is None:
             u = e + a
