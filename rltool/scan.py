@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.autograd.function import once_differentiable
 
 
 def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -21,6 +22,36 @@ def linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def chunked_scan(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None) -> torch.Tensor:
+    """x_t = a_t * x_{t-1} + b_t over dim 0 from x_{-1} = x0 (zeros when None), differentiable:
+    the forward is :func:`_chunked` without autograd, the backward the same recurrence run
+    backwards in time (g_t + conj(a_{t+1}) * G_{t+1}), so neither records a graph of its
+    ~2 sqrt(T) small ops (~2x faster forward+backward than autograd through them)."""
+    if x0 is None:
+        x0 = b.new_zeros(b.shape[1:])
+    return _Scan.apply(a, b, x0)
+
+
+class _Scan(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, b, x0):
+        x = _chunked(a, b, x0)
+        ctx.save_for_backward(a, x, x0)
+        return x
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        a, x, x0 = ctx.saved_tensors
+        # G_t = dL/dx_t in total: G_t = g_t + conj(a_{t+1}) G_{t+1} (the scan, reversed)
+        a_next = torch.cat([a[1:], a.new_zeros(1, *a.shape[1:])]).conj()
+        G = _chunked(a_next.flip(0), g.flip(0), None).flip(0)
+        x_prev = torch.cat([x0.unsqueeze(0), x[:-1]])
+        grad_a = G * x_prev.conj() if ctx.needs_input_grad[0] else None
+        grad_x0 = G[0] * a[0].conj() if ctx.needs_input_grad[2] else None
+        return grad_a, G, grad_x0
+
+
+def _chunked(a: torch.Tensor, b: torch.Tensor, x0: torch.Tensor | None = None) -> torch.Tensor:
     """x_t = a_t * x_{t-1} + b_t over dim 0 (a, b [T, ...], real or complex), from x_{-1} = x0
     (zeros when None), in two levels of chunks of C ~ sqrt(T) steps (:func:`_chunk`):
 
