@@ -341,4 +341,4 @@ def test_long_rollout_float32_stays_close_to_float64(kind):
         y64, _ = run_mode(m64, "temporal", x, states, is_init)
         y32, _ = run_mode(m32, "temporal", x.float(), [s.float() for s in states], is_init)
     err = (y32.double() - y64).abs()
-    assert err.max() < 1e-4 and err[-256:].max() < 1e-4
+    assert err.max() < 1e-5  # ~3e-7 seen, outputs ~1
