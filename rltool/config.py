@@ -70,8 +70,8 @@ class PolicyConfig:
     kind: str = "mlp"  # mlp | lstm | gru | mingru | ffm | trxl
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # MLP torso / heads
     encoder_sizes: list[int] = field(default_factory=list)  # MLP before the RNN
-    hidden_size: int = 64  # RNN width
-    num_layers: int = 1  # RNN layers
+    hidden_size: int = 64  # memory width (RNN hidden size, TrXL model width)
+    num_layers: int = 1  # memory layers
     shared_torso: bool = False  # critic shares the actor's torso (and RNN)
     inputs: list[str] = field(default_factory=lambda: ["observation"])
     recurrent_mode: str = "auto"  # auto | sequential
