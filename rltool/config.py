@@ -78,11 +78,11 @@ class EnvConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: str = "mlp"  # mlp | lstm | gru
+    kind: str = "mlp"  # mlp | lstm | gru | mingru | ffm | trxl
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # MLP torso / heads
     encoder_sizes: list[int] = field(default_factory=list)  # MLP before the RNN
-    hidden_size: int = 64  # RNN width
-    num_layers: int = 1  # RNN layers
+    hidden_size: int = 64  # memory width (RNN hidden size, TrXL model width)
+    num_layers: int = 1  # memory layers
     shared_torso: bool = False  # critic shares the actor's torso (and RNN)
     inputs: list[str] = field(default_factory=lambda: ["observation"])
     recurrent_mode: str = "auto"  # auto | sequential
@@ -93,9 +93,16 @@ class PolicyConfig:
     cnn: str = "auto"  # auto | small | nature
     cnn_features: int = 256  # the linear layer after the convolutions
     embed_dim: int = 8  # symbolic images (env.image=symbolic): embedding width per channel
+    # ffm: trace size m (null = hidden_size // 2) and context size c; state [layers, 2, m, c]
+    trace_size: int | None = None
+    context_size: int = 4
+    # trxl: attention over the last memory_window steps, num_heads heads, GTrXL gates if gated
+    memory_window: int = 16
+    num_heads: int = 4
+    gated: bool = True
 
     def __post_init__(self):
-        check_choice("policy.kind", self.kind, ("mlp", "lstm", "gru"))
+        check_choice("policy.kind", self.kind, ("mlp", "lstm", "gru", "mingru", "ffm", "trxl"))
         for n in [*self.hidden_sizes, *self.encoder_sizes]:
             check(n >= 1, "policy.hidden_sizes", n, "layer sizes must be >= 1")
         check(self.hidden_size >= 1, "policy.hidden_size", self.hidden_size, "must be >= 1")
@@ -110,6 +117,25 @@ class PolicyConfig:
         check_choice("policy.cnn", self.cnn, ("auto", "small", "nature"))
         check(self.cnn_features >= 1, "policy.cnn_features", self.cnn_features, "must be >= 1")
         check(self.embed_dim >= 1, "policy.embed_dim", self.embed_dim, "must be >= 1")
+        self._check_memory()
+
+    def _check_memory(self):
+        """The keys of the ffm and trxl memories (only checked for their own kind)."""
+        if self.kind == "ffm":
+            size = self.trace_size
+            check(size is None or size >= 1, "policy.trace_size", size, "must be >= 1 (or null)")
+            check(self.context_size >= 1, "policy.context_size", self.context_size, "must be >= 1")
+        if self.kind == "trxl":
+            window, heads = self.memory_window, self.num_heads
+            check(window >= 1, "policy.memory_window", window, "must be >= 1")
+            check(heads >= 1, "policy.num_heads", heads, "must be >= 1")
+            check(
+                self.hidden_size % heads == 0,
+                "policy.num_heads",
+                heads,
+                f"policy.hidden_size={self.hidden_size} must split into that many heads "
+                "(a multiple of it)",
+            )
 
 
 @dataclass

@@ -15,6 +15,9 @@ With ``--variants``, other ways to run the loss path, each checked against the L
 - chunk per length: the lanes' staircase cut at every distinct segment length (``call_cost`` = 0);
 - packed sequence: one nn.LSTM call on a PackedSequence (no padding, but no oneDNN kernel);
 - union of resets: all columns, one fused call between consecutive time steps holding a reset.
+``--memories`` times the other memories instead (see :func:`memories`): minGRU, FFM and TrXL
+temporal mode beside the LSTM's and ``nn.LSTM``, T = 128 / 512 / 2048, B = 16, hidden 64 / 256,
+2% / 10% resets, and prints their stored state bytes per step.
 ``--cell gru`` times GRUModule the same way (GRUCell loop, nn.GRU). torch has no oneDNN GRU kernel
 on the CPU: its GRU runs the cell's ops step by step, so fwd+bwd costs ~3-4x the LSTM's.
 "forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
@@ -31,7 +34,10 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
+from rltool.modules.ffm import FFMModule
+from rltool.modules.mingru import MinGRUModule
 from rltool.modules.recurrent import GRUModule, LSTMModule, _Lanes, recurrent_mode
+from rltool.modules.trxl import TrXLModule
 
 T, B, F, H = 128, 16, 64, 64
 
@@ -164,7 +170,7 @@ def extra_variants(module: LSTMModule, x, states, is_init, reference):
     return fns
 
 
-def timeit(fns: dict, backward: bool, reps: int) -> dict[str, float]:
+def timeit(fns: dict, backward: bool, reps: int, warmup: int = 3) -> dict[str, float]:
     """Median ms per call of each fn; the variants take turns, so load swings hit them alike."""
 
     def once(fn):
@@ -177,10 +183,10 @@ def timeit(fns: dict, backward: bool, reps: int) -> dict[str, float]:
         return time.perf_counter() - t0
 
     times = {name: [] for name in fns}
-    for i in range(reps + 3):  # 3 warm-up rounds
+    for i in range(reps + warmup):
         for name, fn in fns.items():
             t = once(fn)
-            if i >= 3:
+            if i >= warmup:
                 times[name].append(t)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
@@ -190,7 +196,11 @@ def main():
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--variants", action="store_true", help="also time other temporal strategies")
     p.add_argument("--cell", choices=["lstm", "gru"], default="lstm")
+    p.add_argument("--memories", action="store_true", help="time minGRU / FFM / TrXL instead")
     args = p.parse_args()
+    if args.memories:
+        torch.set_num_threads(1)
+        return memories(min(args.reps, 5))
     if args.variants and args.cell != "lstm":
         p.error("--variants times LSTM strategies only: drop --cell gru")
     torch.set_num_threads(1)
@@ -221,6 +231,90 @@ def main():
         cells = "".join(f"{f'{r[c]:.2f} ({r[c] / lower[c]:.1f}x)':>18}" for c in cols)
         print(f"{name:<{width}}{cells}")
     print(f"\ntorch {torch.__version__}, threads {torch.get_num_threads()}, median of {args.reps}")
+
+
+def memory_zoo(H: int) -> dict[str, nn.Module]:
+    """The memories at output width H on inputs of width H; minGRU and FFM sized to the LSTM's
+    parameter count (4 minGRU layers: exactly; FFM m = H/2, c = 4: 0.87x)."""
+    torch.manual_seed(0)
+    return {
+        "LSTM temporal": LSTMModule(H, H, 1),
+        "minGRU x4": MinGRUModule(H, H, 4),
+        "FFM m=H/2 c=4": FFMModule(H, H, 1, trace_size=H // 2, context_size=4),
+        "TrXL M=16": TrXLModule(H, H, 1, window=16, heads=4),
+    }
+
+
+def state_bytes(module: nn.Module) -> int:
+    """Bytes of one env's state (the collector stores it before and after each step: x2)."""
+    return sum(s.dtype.itemsize * torch.Size(s.shape).numel() for s in module.state_specs.values())
+
+
+def memory_fns(zoo: dict, x, is_init) -> dict:
+    """Each memory's temporal loss path (a fresh is_init per call, as for a new rollout) and
+    the one fused ``nn.LSTM`` call that ignores the resets."""
+
+    def temporal(m, states):
+        def f():
+            with recurrent_mode("temporal"):
+                return m.run(x, states, is_init.clone(), time_dim=True, need_states=False)[0]
+
+        return f
+
+    fns = {
+        n: temporal(m, [s.zeros(x.shape[1]) for s in m.state_specs.values()])
+        for n, m in zoo.items()
+    }
+    lstm = zoo["LSTM temporal"].layers[0]
+    fns["nn.LSTM (lower bound)"] = lambda: lstm(x)[0]
+    return fns
+
+
+def check_memories(zoo: dict, x, is_init) -> float:
+    """Temporal == sequential loop (outputs) for every memory on this data; max rel. diff."""
+    err = 0.0
+    with torch.no_grad():
+        for m in zoo.values():
+            states = [s.zeros(x.shape[1]) for s in m.state_specs.values()]
+            ys = []
+            for mode in ("sequential", "temporal"):
+                with recurrent_mode(mode):
+                    ys.append(m.run(x, states, is_init, time_dim=True, need_states=False)[0])
+            err = max(err, ((ys[0] - ys[1]).abs().max() / ys[0].abs().max()).item())
+    assert err < 1e-5, f"temporal mode differs from the sequential loop by {err:.2e}"
+    return err
+
+
+def memories(reps: int) -> None:
+    print(
+        "| H | T | resets | pass | "
+        + " | ".join(memory_zoo(8))
+        + " | nn.LSTM | LSTM / minGRU | LSTM / FFM |"
+    )
+    print("|---" * 11 + "|")
+    for H in (64, 256):
+        zoo = memory_zoo(H)
+        for T in (128, 512, 2048):
+            for rate in (0.02, 0.10):
+                g = torch.Generator().manual_seed(0)
+                x = torch.randn(T, B, H, generator=g)
+                is_init = torch.rand(T, B, 1, generator=g) < rate
+                if T == 128:
+                    check_memories(zoo, x, is_init)
+                fns = memory_fns(zoo, x, is_init)
+                for backward in (False, True):
+                    ms = list(timeit(fns, backward, reps, warmup=1).values())
+                    cells = " | ".join(f"{v:.1f}" for v in ms)
+                    ratio = f"{ms[0] / ms[1]:.2f}x | {ms[0] / ms[2]:.2f}x"
+                    pas = "fwd+bwd" if backward else "forward"
+                    print(f"| {H} | {T} | {rate:.0%} | {pas} | {cells} | {ratio} |", flush=True)
+        params = {n: sum(p.numel() for p in m.parameters()) for n, m in zoo.items()}
+        stored = {n: state_bytes(m) for n, m in zoo.items()}
+        print(f"hidden {H}: parameters {params}; state bytes per env {stored}")
+    print(
+        f"ms per call, median of {reps}; torch {torch.__version__}, 1 thread, B={B}; "
+        "temporal == sequential checked at T=128"
+    )
 
 
 if __name__ == "__main__":

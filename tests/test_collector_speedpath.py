@@ -19,10 +19,14 @@ POLICIES = [
     PolicyConfig(kind="lstm", hidden_size=16),
     PolicyConfig(kind="gru", hidden_size=16, inputs=["observation", "prev_action", "prev_reward"]),
     PolicyConfig(kind="lstm", hidden_size=8, num_layers=2, shared_torso=True),
+    PolicyConfig(kind="mingru", hidden_size=8, num_layers=2),
+    PolicyConfig(kind="ffm", hidden_size=8, inputs=["observation", "prev_action"]),
+    PolicyConfig(kind="trxl", hidden_size=8, memory_window=3, shared_torso=True),
 ]
+IDS = ["lstm", "gru-inputs", "lstm2-shared", "mingru2", "ffm-inputs", "trxl-shared"]
 
 
-@pytest.mark.parametrize("policy_cfg", POLICIES, ids=["lstm", "gru-inputs", "lstm2-shared"])
+@pytest.mark.parametrize("policy_cfg", POLICIES, ids=IDS)
 @pytest.mark.parametrize("env_cfg", ENVS, ids=["cartpole", "terminate", "truncate-continuous"])
 def test_recurrent_tensor_and_tensordict_paths_give_identical_rollouts(env_cfg, policy_cfg):
     a, _ = collect(False, env_cfg, policy_cfg)

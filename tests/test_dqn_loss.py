@@ -219,9 +219,18 @@ def test_dueling_head_by_hand():
     assert make_policy(PolicyConfig(hidden_sizes=[]), SPECS, heads=("q",)).dist.value is None
 
 
+def stored_state(spec, B, g):
+    """One stored state [1, B, *shape]: random floats, or a full validity mask."""
+    if spec.dtype == torch.bool:
+        return torch.ones(1, B, *spec.shape, dtype=torch.bool)
+    return torch.randn(1, B, *spec.shape, generator=g)
+
+
 def rnn_window(kind, T=6, B=3, burn_in=2, seed=0):
     g = torch.Generator().manual_seed(seed)
-    cfg = PolicyConfig(kind=kind, hidden_size=5, hidden_sizes=[], encoder_sizes=[])
+    cfg = PolicyConfig(
+        kind=kind, hidden_size=5, hidden_sizes=[], encoder_sizes=[], num_heads=1, memory_window=2
+    )
     torch.manual_seed(seed)
     policy = make_policy(cfg, SPECS, heads=("q",))
     is_init = torch.zeros(T, B, 1, dtype=torch.bool)
@@ -233,8 +242,8 @@ def rnn_window(kind, T=6, B=3, burn_in=2, seed=0):
             K.IS_INIT: is_init,
             K.ACTION: torch.randint(2, (T, B), generator=g),
             **{
-                k: torch.randn(1, B, 1, 5, generator=g).expand(T, B, 1, 5)
-                for k in policy.state_specs
+                k: stored_state(s, B, g).expand(T, B, *s.shape)
+                for k, s in policy.state_specs.items()
             },
             K.NEXT: {
                 K.OBSERVATION: torch.randn(T, B, 2, generator=g),
@@ -249,7 +258,7 @@ def rnn_window(kind, T=6, B=3, burn_in=2, seed=0):
     return policy, td
 
 
-@pytest.mark.parametrize("kind", ["gru", "lstm"])
+@pytest.mark.parametrize("kind", ["gru", "lstm", "mingru", "ffm", "trxl"])
 def test_burn_in_warms_the_state_without_gradient_and_stays_out_of_the_loss(kind):
     b = 2
     policy, td = rnn_window(kind, burn_in=b)
@@ -264,7 +273,7 @@ def test_burn_in_warms_the_state_without_gradient_and_stays_out_of_the_loss(kind
             _, state = policy.act({K.OBSERVATION: td[K.OBSERVATION][t]}, state, td[K.IS_INIT][t])
     rest = td[b:].clone()
     for k, v in state.items():
-        rest.set(k, v.expand(td.shape[0] - b, -1, -1, -1))
+        rest.set(k, v.expand(td.shape[0] - b, *v.shape))
     ref = DQNLoss(policy, gamma=0.9, n_steps=2)  # target = online here and in ``loss``
     policy.zero_grad()
     ref.value_loss(rest).backward()

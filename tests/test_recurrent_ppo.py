@@ -1,6 +1,6 @@
 """Recurrent PPO end to end: re-evaluating a collected rollout in temporal mode reproduces what
-the collector stored (first-epoch ratio 1, approx KL 0), training steps run for LSTM, GRU and a
-user's memory, and bad recurrent configs fail with one line."""
+the collector stored (first-epoch ratio 1, approx KL 0), training steps run for LSTM, GRU, minGRU,
+FFM, TrXL and a user's memory, and bad recurrent configs fail with one line."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ CASES = [
     ("lstm", False, {"num_layers": 2}),
     ("gru", False, {"recurrent_mode": "sequential"}),  # the loss runs the step loop
     ("sum", False, {}),  # a user's memory module
+    ("mingru", False, {}),
+    ("ffm", False, {}),
+    ("trxl", False, {}),
+    ("trxl", True, {"memory_window": 4}),  # the window fills and slides within the rollout
 ]
 
 
@@ -69,7 +73,7 @@ def _tol():
     return {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.mark.parametrize("kind", ["lstm", "gru", "sum"])
+@pytest.mark.parametrize("kind", ["lstm", "gru", "sum", "mingru", "ffm", "trxl"])
 def test_update_steps_reduce_the_loss_on_a_fixed_batch(kind):
     """A few optimiser steps on one rollout lower the PPO loss; gradients reach the memory."""
     policy = recurrent_policy(kind, masked_cartpole(1).specs)

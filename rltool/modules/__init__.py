@@ -1,7 +1,20 @@
-"""Policies: MLP / LSTM / GRU torsos with actor, critic and Q heads."""
+"""Policies: MLP torsos, or memory torsos (LSTM / GRU / minGRU / FFM / TrXL), with actor, critic
+and Q heads."""
 
 from rltool.modules.factory import make_policy
+from rltool.modules.ffm import FFMModule
+from rltool.modules.mingru import MinGRUModule
 from rltool.modules.policy import ActorCritic
 from rltool.modules.recurrent import GRUModule, LSTMModule, recurrent_mode
+from rltool.modules.trxl import TrXLModule
 
-__all__ = ["ActorCritic", "GRUModule", "LSTMModule", "make_policy", "recurrent_mode"]
+__all__ = [
+    "ActorCritic",
+    "FFMModule",
+    "GRUModule",
+    "LSTMModule",
+    "MinGRUModule",
+    "TrXLModule",
+    "make_policy",
+    "recurrent_mode",
+]

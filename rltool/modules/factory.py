@@ -12,5 +12,5 @@ def make_policy(
 ) -> ActorCritic:
     """``heads``: what the algorithm trains (its ``AlgoSpec.heads``): ``actor`` and ``critic``,
     or ``q``. ``memory``: a user's memory module factory ``(input_size, state_prefix) -> module``
-    in place of the LSTM/GRU."""
+    in place of the memory of ``cfg.kind``."""
     return ActorCritic(specs, cfg, heads, memory)

@@ -1,4 +1,4 @@
-"""The policy: inputs -> torso (MLP, or encoder -> LSTM/GRU -> MLP) -> heads.
+"""The policy: inputs -> torso (MLP, or encoder -> memory -> MLP) -> heads.
 
 Two entry points that share every line of maths:
 - ``act(inputs, state, is_init)``: tensor level, one step for [B] (the collector's hot path);
@@ -25,7 +25,7 @@ from rltool.modules.heads import (
     value_head,
 )
 from rltool.modules.mlp import mlp, out_features
-from rltool.modules.recurrent import GRUModule, LSTMModule
+from rltool.modules.registry import build_memory
 from rltool.specs import EnvSpecs, Spec
 
 INPUT_KEYS = {
@@ -38,11 +38,11 @@ INPUT_KEYS = {
 class Torso(nn.Module):
     """x [.., F] -> features [.., out]: an MLP, or encoder MLP -> memory -> MLP.
 
-    The memory is an LSTM/GRU from ``cfg``, or a user's module built by ``memory(input_size,
-    state_prefix)``. What the torso needs of it: ``state_keys`` and ``state_specs`` (any names,
-    shapes, dtypes), ``hidden_size`` (width of its output), ``mode`` ("sequential" | "temporal",
-    how ``forward(td)`` reads a TensorDict) and ``run(x, states, is_init, time_dim, need_states)``
-    as :meth:`RecurrentModule.run`."""
+    The memory is the one of ``cfg.kind`` (``rltool/modules/registry.py``), or a user's module
+    built by ``memory(input_size, state_prefix)``. What the torso needs of it: ``state_keys`` and
+    ``state_specs`` (any names, shapes, dtypes), ``hidden_size`` (width of its output), ``mode``
+    ("sequential" | "temporal", how ``forward(td)`` reads a TensorDict) and
+    ``run(x, states, is_init, time_dim, need_states)`` as :meth:`RecurrentModule.run`."""
 
     def __init__(self, in_features: int, cfg: PolicyConfig, state_prefix: str = "", memory=None):
         super().__init__()
@@ -53,18 +53,8 @@ class Torso(nn.Module):
             return
         self.pre = mlp(in_features, cfg.encoder_sizes, cfg.activation)
         enc = out_features(in_features, cfg.encoder_sizes)
-        if memory is not None:
-            self.rnn = memory(enc, state_prefix)
-        else:
-            rnn_cls = LSTMModule if cfg.kind == "lstm" else GRUModule
-            keys = [state_prefix + k for k in rnn_cls.default_state_keys]
-            self.rnn = rnn_cls(
-                enc,
-                cfg.hidden_size,
-                cfg.num_layers,
-                state_keys=keys,
-                force_sequential=cfg.recurrent_mode == "sequential",
-            )
+        build = memory or (lambda size, prefix: build_memory(cfg, size, prefix))
+        self.rnn = build(enc, state_prefix)
         self.post = mlp(self.rnn.hidden_size, cfg.hidden_sizes, cfg.activation)
         self.out_features = out_features(self.rnn.hidden_size, cfg.hidden_sizes)
 
