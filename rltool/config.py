@@ -49,6 +49,9 @@ class EnvConfig:
     # the last this many observations stacked on a new first axis (1: none); env=atari: mlp only
     frame_stack: int = 1
     normalize_obs: bool = False
+    # the running observation statistics learn from this many frames, then stay fixed (null:
+    # always): later, the policy's own drift would move them and shift what it sees
+    normalize_obs_frames: int | None = None
     normalize_reward: bool = False
     clip_obs: float = 10.0
 
@@ -60,6 +63,13 @@ class EnvConfig:
         check_choice("env.image", self.image, ("pixels", "symbolic"))
         check_choice("env.suite", self.suite, ("gym", "popgym", "minigrid", "atari"))
         check(self.frame_stack >= 1, "env.frame_stack", self.frame_stack, "must be >= 1")
+        if self.normalize_obs_frames is not None:
+            check(
+                self.normalize_obs_frames >= 1,
+                "env.normalize_obs_frames",
+                self.normalize_obs_frames,
+                "must be >= 1 or null",
+            )
         check(
             self.backend != "envpool" or (self.suite != "atari" and self.frame_stack == 1),
             "env.backend",

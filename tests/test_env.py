@@ -1,5 +1,6 @@
 """The env layer: autoreset, final observations, is_init, flags kept apart, spaces, seeding."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -168,3 +169,27 @@ def test_reward_scaler_divides_by_the_std_of_the_discounted_return():
     assert not scaler.ret.any()
     scaler.load_state_dict(saved)
     assert scaler.ret.tolist() == [1.5, 1.0]
+
+
+def test_observation_statistics_freeze_after_normalize_obs_frames():
+    """The statistics learn from the first batches whose total reaches normalize_obs_frames (the
+    reset's 2 observations, then 2 per step), then stay fixed: later observations are scaled by
+    them, not learned from."""
+    cfg = EnvConfig(id="FakeCount-v0", num_envs=2, normalize_obs=True, normalize_obs_frames=6)
+    env = make_env(cfg)
+    env.reset_tensors(seed=0)
+    counts = []
+    for _ in range(5):
+        env.step_tensors(torch.zeros(2, dtype=torch.int64))
+        counts.append(round(float(env.obs_norm.state_dict()["count"])))
+    assert counts == [4, 6, 6, 6, 6]
+    frozen = env.obs_norm.state_dict()
+    env.step_tensors(torch.zeros(2, dtype=torch.int64))
+    assert all(torch.equal(env.obs_norm.state_dict()[k], frozen[k]) for k in ("mean", "var"))
+    unbounded = make_env(dataclasses.replace(cfg, normalize_obs_frames=None))
+    unbounded.reset_tensors(seed=0)
+    for _ in range(6):
+        unbounded.step_tensors(torch.zeros(2, dtype=torch.int64))
+    assert float(unbounded.obs_norm.state_dict()["count"]) > 14  # null: always learning
+    with pytest.raises(ConfigError, match="env.normalize_obs_frames"):
+        EnvConfig(id="FakeCount-v0", normalize_obs_frames=0)

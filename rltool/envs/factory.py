@@ -191,7 +191,7 @@ def make_env(
     else:
         vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
     if cfg.normalize_obs and obs_norm is None:
-        obs_norm = make_obs_normalizer(obs_spec, clip=cfg.clip_obs)
+        obs_norm = make_obs_normalizer(obs_spec, cfg.clip_obs, cfg.normalize_obs_frames)
     scaler = RewardScaler(n, gamma) if cfg.normalize_reward and training else None
     norm = obs_norm if cfg.normalize_obs else None
     keys, symbolic = _obs_args(cfg)[1:]

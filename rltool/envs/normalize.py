@@ -46,15 +46,24 @@ class RunningMeanStd:
 
 
 class ObsNormalizer:
-    """(obs - mean) / std, clipped to [-clip, clip]."""
+    """(obs - mean) / std, clipped to [-clip, clip]. The statistics stop learning once they have
+    seen ``max_count`` observations (None: never): the count is part of the state, so a resumed
+    run freezes at the same frame."""
 
-    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        clip: float = 10.0,
+        eps: float = 1e-8,
+        max_count: int | None = None,
+    ):
         self.stats, self.clip, self.eps = RunningMeanStd(shape), clip, eps
+        self.max_count = max_count
 
     def __call__(self, obs: torch.Tensor, update: bool = True) -> torch.Tensor:
         """obs: a CPU tensor [N, *shape]; returns one of the same dtype."""
         x = obs.numpy()
-        if update:
+        if update and (self.max_count is None or self.stats.count < self.max_count):
             self.stats.update(x)
         out = (x - self.stats.mean) / np.sqrt(self.stats.var + self.eps)
         return torch.from_numpy(np.clip(out, -self.clip, self.clip).astype(x.dtype, copy=False))
@@ -70,9 +79,11 @@ class EntryNormalizer:
     """An :class:`ObsNormalizer` per float vector entry of a nested observation (a TensorDict);
     images, indices and one-hot entries pass unchanged. State: ``{entry: {mean, var, count}}``."""
 
-    def __init__(self, spec, clip: float = 10.0):
+    def __init__(self, spec, clip: float = 10.0, max_count: int | None = None):
         self.norms = {
-            k: ObsNormalizer(s.shape, clip) for k, s in spec.entries.items() if s.kind == "vector"
+            k: ObsNormalizer(s.shape, clip, max_count=max_count)
+            for k, s in spec.entries.items()
+            if s.kind == "vector"
         }
 
     def __call__(self, obs, update: bool = True):
@@ -91,15 +102,15 @@ class EntryNormalizer:
             n.load_state_dict(state[k])
 
 
-def make_obs_normalizer(spec, clip: float = 10.0):
+def make_obs_normalizer(spec, clip: float = 10.0, max_count: int | None = None):
     """The running normaliser of an observation spec: one :class:`ObsNormalizer` for a flat
     observation, an :class:`EntryNormalizer` for a nested one, None for an image (uint8 pixels or
     codes are no running statistics' business)."""
     if hasattr(spec, "entries"):
-        return EntryNormalizer(spec, clip)
+        return EntryNormalizer(spec, clip, max_count)
     if spec.kind == "image":
         return None
-    return ObsNormalizer(spec.shape, clip=clip)
+    return ObsNormalizer(spec.shape, clip=clip, max_count=max_count)
 
 
 class RewardScaler:
