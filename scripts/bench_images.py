@@ -20,17 +20,15 @@ evaluation of rltool's policy is printed as a sanity check only (SB3's is not me
 
 from __future__ import annotations
 
-import tempfile
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 import torch
+from cpu_clock import train_cpu
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-import rltool.train as train_module
 from rltool.config import conf_dir, register_configs, to_config
 from rltool.envs.factory import ATARI, resolve_id
 from rltool.modules import make_policy
@@ -58,24 +56,7 @@ def rltool_config(case: str, seed: int, frames: int):
 
 def run_rltool(cfg) -> tuple[float, float, int]:
     """(training frames per CPU-second, the final eval's mean return, parameter count)."""
-    spent = [0.0]
-    evaluate = train_module.evaluate
-
-    def timed(*args, **kwargs):
-        t = time.process_time()
-        try:
-            return evaluate(*args, **kwargs)
-        finally:
-            spent[0] += time.process_time() - t
-
-    train_module.evaluate = timed
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            t0 = time.process_time()
-            summary = train_module.train(cfg, Path(d))
-            cpu = time.process_time() - t0 - spent[0]
-    finally:
-        train_module.evaluate = evaluate
+    summary, cpu, _ = train_cpu(cfg)
     return summary["frames"] / cpu, summary["eval/return_mean"], rltool_params(cfg)
 
 

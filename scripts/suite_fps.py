@@ -12,13 +12,11 @@ on 2 cores gives each job about one core). Build time (envs, policy) counts as t
 from __future__ import annotations
 
 import argparse
-import tempfile
-import time
 from pathlib import Path
 
+from cpu_clock import train_cpu
 from hydra import compose, initialize_config_dir
 
-import rltool.train as train_module
 from rltool.config import conf_dir, register_configs, to_config
 
 
@@ -35,25 +33,8 @@ def measure(task: str, policy: str, frames: int, eval_episodes: int) -> tuple[fl
     ]
     with initialize_config_dir(conf_dir(), version_base="1.3"):
         cfg = to_config(compose("config", overrides=overrides))
-    spent = [0.0]
-    evaluate = train_module.evaluate
-
-    def timed(*args, **kwargs):
-        t = time.process_time()
-        try:
-            return evaluate(*args, **kwargs)
-        finally:
-            spent[0] += time.process_time() - t
-
-    train_module.evaluate = timed
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            t0 = time.process_time()
-            summary = train_module.train(cfg, Path(d))
-            total = time.process_time() - t0
-    finally:
-        train_module.evaluate = evaluate
-    return summary["frames"] / (total - spent[0]), spent[0] / eval_episodes
+    summary, train_s, eval_s = train_cpu(cfg)
+    return summary["frames"] / train_s, eval_s / eval_episodes
 
 
 def main() -> None:
