@@ -33,6 +33,7 @@ def test_how_often_a_run_evaluates_leaves_its_training_unchanged(tmp_path):
         d = tmp_path / str(every)
         d.mkdir()
         overrides = ["env=cartpole_pomdp", "policy=gru", "total_frames=1024", "loss.epochs=2"]
+        overrides.append("collector.frames_per_batch=256")  # 4 batches (its tuned file: 1)
         train(make_cfg(*overrides, f"eval.every_frames={every}", "logger.progress=none"), d)
         trained[every] = [
             {k: v for k, v in r.items() if not k.startswith("eval/")} for r in metric_rows(d)
