@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from rltool.modules.recurrent import MODES, RecurrentModule
+from rltool.modules.recurrent import RecurrentModule, set_memory_interface
 
 
 class Memory(nn.Module):
@@ -45,12 +45,16 @@ class Memory(nn.Module):
         force_sequential: bool = False,
     ):
         super().__init__()
-        if default_mode not in MODES:
-            raise ValueError(f"unknown recurrent mode {default_mode!r}")
-        self.input_size, self.hidden_size = input_size, hidden_size
-        self.in_keys, self.out_keys = list(in_keys), list(out_keys)
-        self.state_keys = list(state_keys or self.default_state_keys)
-        self.default_mode, self.force_sequential = default_mode, force_sequential
+        set_memory_interface(
+            self,
+            input_size,
+            hidden_size,
+            in_keys,
+            out_keys,
+            state_keys,
+            default_mode,
+            force_sequential,
+        )
 
     def run(self, x, states, is_init, time_dim: bool, need_states: bool = True):
         """See the module docstring. Returns y and the next states (None for a sequence run with

@@ -142,6 +142,18 @@ def _weights(layer: nn.RNNBase) -> tuple[torch.Tensor, ...]:
     return (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)
 
 
+def set_memory_interface(
+    module, input_size, hidden_size, in_keys, out_keys, state_keys, default_mode, force_sequential
+) -> None:
+    """The attributes every memory module carries (sizes, keys, default mode), checked once."""
+    if default_mode not in MODES:
+        raise ValueError(f"unknown recurrent mode {default_mode!r}")
+    module.input_size, module.hidden_size = input_size, hidden_size
+    module.in_keys, module.out_keys = list(in_keys), list(out_keys)
+    module.state_keys = list(state_keys or module.default_state_keys)
+    module.default_mode, module.force_sequential = default_mode, force_sequential
+
+
 class RecurrentModule(nn.Module):
     """Base of :class:`LSTMModule` and :class:`GRUModule` (one fused torch RNN per layer)."""
 
@@ -160,16 +172,21 @@ class RecurrentModule(nn.Module):
         force_sequential: bool = False,
     ):
         super().__init__()
-        if default_mode not in MODES:
-            raise ValueError(f"unknown recurrent mode {default_mode!r}")
+        set_memory_interface(
+            self,
+            input_size,
+            hidden_size,
+            in_keys,
+            out_keys,
+            state_keys,
+            default_mode,
+            force_sequential,
+        )
         self.layers = nn.ModuleList(
             self.rnn_cls(input_size if i == 0 else hidden_size, hidden_size)
             for i in range(num_layers)
         )
-        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.in_keys, self.out_keys = list(in_keys), list(out_keys)
-        self.state_keys = list(state_keys or self.default_state_keys)
-        self.default_mode, self.force_sequential = default_mode, force_sequential
+        self.num_layers = num_layers
         self.call_cost = 128.0  # a fused call costs about as much as this many lane-steps (CPU)
         self._lanes_cache: tuple | None = None  # (is_init, its identity, lanes or None)
 
