@@ -6,10 +6,11 @@ why episodes end, and how the critic's values compare with the returns that foll
 One row per checkpoint of the run (``checkpoint.keep`` large and ``checkpoint.every_frames``
 small keep more of them): mean length; the share of episodes ended by the cart leaving the track
 (|x| > 2.4), by the pole falling (|theta| > 0.21) or by the time limit; the mean and max |x|;
-the mean x at the end (a drift to one side shows as a sign); the critic's mean value and the mean
-discounted return actually received (gamma of the run), and their correlation over steps.
-A last block reads the run's metrics.csv: explained variance, approx KL, clip fraction and value
-loss, averaged over 10k-frame windows, beside the periodic evaluations.
+the mean x at the end (a drift to one side shows as a sign); the critic's mean value (V, or the
+greedy Q of DQN) and the mean discounted return actually received (gamma of the run), and their
+correlation over steps. A last block reads the run's metrics.csv, averaged over 10k-frame windows
+beside the periodic evaluations: PPO's explained variance, approx KL, clip fraction and value loss,
+or DQN's mean Q, mean target, mean |TD error| and epsilon.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ from rltool.inference import LoadedPolicy, restore
 X_LIMIT, THETA_LIMIT = 2.4, 12 * 2 * math.pi / 360
 
 
+def value_of(out) -> float:
+    """The critic's value of the state: V (PPO) or max over actions of Q (DQN)."""
+    if K.STATE_VALUE in out:
+        return float(out[K.STATE_VALUE])
+    if K.ACTION_VALUE in out:
+        return float(out[K.ACTION_VALUE].max())
+    return math.nan
+
+
 @torch.no_grad()
 def episode(policy: LoadedPolicy, env, seed: int, gamma: float) -> dict:
     """One greedy episode: length, why it ended, |x| path, values and discounted returns."""
@@ -42,7 +52,7 @@ def episode(policy: LoadedPolicy, env, seed: int, gamma: float) -> dict:
         inputs = {K.OBSERVATION: obs_t, **{k: state[k] for k in module.input_specs}}
         rnn = {k: state[k] for k in module.state_specs}
         out, nxt = module.act(inputs, rnn, torch.zeros(1, 1, dtype=torch.bool))
-        values.append(float(out[K.STATE_VALUE]) if K.STATE_VALUE in out else math.nan)
+        values.append(value_of(out))
         action = policy._to_env(out[K.ACTION], True)
         state = {**state, **nxt}
         if K.PREV_ACTION in module.input_specs:
@@ -65,6 +75,8 @@ def episode(policy: LoadedPolicy, env, seed: int, gamma: float) -> dict:
 
 def checkpoint_rows(run: Path, episodes: int, seed: int) -> None:
     names = sorted(p.stem for p in (run / "checkpoints").glob("ckpt-*.pt"))
+    if (run / "checkpoints" / "best.pt").exists():  # the best periodic evaluation's policy
+        names.append("best")
     print(
         f"{'checkpoint':<18} {'length':>7} {'track':>6} {'pole':>5} {'limit':>6} "
         f"{'mean|x|':>8} {'max|x|':>7} {'x end':>6} {'V mean':>7} {'G mean':>7} {'corr':>5}"
@@ -91,9 +103,11 @@ def checkpoint_rows(run: Path, episodes: int, seed: int) -> None:
 
 
 def metrics_rows(run: Path, window: int = 10_000) -> None:
-    cols = ("explained_variance", "approx_kl", "clip_fraction", "loss_value", "lr")
     with (run / "metrics.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
+    ppo = ("explained_variance", "approx_kl", "clip_fraction", "loss_value", "lr")
+    dqn = ("q_mean", "target_mean", "td_error_abs_mean", "epsilon", "lr")
+    cols = dqn if "q_mean" in rows[0] else ppo
     print(f"\n{'frames':>7} {'eval':>6} " + " ".join(f"{c[:12]:>12}" for c in cols))
     start = 0
     while start < int(rows[-1]["frames"]):
