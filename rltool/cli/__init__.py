@@ -50,6 +50,10 @@ COMMANDS = {
         "table of runs/sweeps: <dirs...> [--format]",
     ),
     "plot": (_lazy("rltool.cli.plot", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+    "tune": (
+        _lazy("rltool.cli.tune", "tune_cmd"),
+        "hyperparameter search: <overrides> search=<space> trials=N seeds=K objective=p10",
+    ),
 }
 
 USAGE = (
