@@ -31,17 +31,17 @@ from rltool.tune.objective import Objective
 
 # the command's own key=value arguments; everything else goes to each trial's sweep
 SEARCH, TRIALS, SEEDS, OBJECTIVE, STUDY = "search", "trials", "seeds", "objective", "study"
-PRUNER, STARTUP, SAMPLER_SEED, CONFIRM, EXPORT = (
+PRUNER, STARTUP, SAMPLER_SEED, RANDOM_TRIALS = (
     "pruner",
     "pruner_startup",
     "sampler_seed",
-    "confirm",
-    "export",
+    "random_trials",
 )
+CONFIRM, EXPORT = "confirm", "export"
 USAGE = (
     "usage: rltool tune <overrides> search=<space> trials=N [seeds=K] [objective=mean|min|p10|"
     "median|max|count@G] [study=<dir>] [pruner=median|halving|none] [pruner_startup=5] "
-    "[sampler_seed=0] [confirm=<trial>] [export=<file.yaml>]"
+    "[sampler_seed=0] [random_trials=10] [confirm=<trial>] [export=<file.yaml>]"
 )
 
 
@@ -55,6 +55,7 @@ class Options:
     pruner: str = "median"
     pruner_startup: int = 5  # trials that finish before the median pruner prunes
     sampler_seed: int = 0
+    random_trials: int = 10  # TPE samples at random this many trials before it models them
     confirm: int | None = None
     export: str | None = None
 
@@ -72,7 +73,7 @@ class Options:
         Objective.parse(self.objective)
 
 
-_INTS = (TRIALS, SEEDS, STARTUP, SAMPLER_SEED, CONFIRM)
+_INTS = (TRIALS, SEEDS, STARTUP, SAMPLER_SEED, RANDOM_TRIALS, CONFIRM)
 
 
 def parse(argv: list[str]) -> tuple[Options, list[str]]:
@@ -130,7 +131,7 @@ def tune_cmd(argv: list[str]) -> int:
     need_optuna()
     space = sp.load(opts.search)
     dcfg = compose_base(overrides)
-    sp.check_keys(space, dcfg, own(overrides))
+    added = sp.check_keys(space, dcfg, own(overrides))
     objective = Objective.parse(opts.objective)
     meta = st.Meta(
         opts.search, space.fingerprint(), str(objective), opts.seeds, opts.pruner, own(overrides)
@@ -146,8 +147,8 @@ def tune_cmd(argv: list[str]) -> int:
     with runlock.hold(folder):
         if not st.is_study(folder):
             meta.save(folder)
-        study = st.open_study(folder, opts.pruner, opts.pruner_startup, opts.sampler_seed)
-        runner = Runner(folder, study, space, dcfg, objective, opts, overrides)
+        study = st.open_study(folder, opts)
+        runner = Runner(folder, study, space, dcfg, objective, opts, overrides, added)
         if opts.confirm is not None:
             runner.confirm(opts.confirm)
         else:

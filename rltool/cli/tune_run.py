@@ -18,9 +18,10 @@ CALLBACK = "hydra.callbacks.tune_report"
 
 
 class Runner:
-    def __init__(self, folder: Path, study, space, dcfg, objective, opts, overrides):
+    def __init__(self, folder: Path, study, space, dcfg, objective, opts, overrides, added):
         self.folder, self.study, self.space, self.dcfg = Path(folder), study, space, dcfg
         self.objective, self.opts, self.overrides = objective, opts, overrides
+        self.added = added  # searched keys new to the config (env.kwargs.<name>): added with ++
 
     # ---- the search ----
     def search(self) -> None:
@@ -51,7 +52,7 @@ class Runner:
 
     def trial_overrides(self, params: dict) -> list[str]:
         """The sampled values as overrides, in the space's order (the same text on a resume)."""
-        return sp.overrides({k: params[k] for k in self.space.params if k in params})
+        return sp.overrides({k: params[k] for k in self.space.params if k in params}, self.added)
 
     def _sweep(self, folder: Path, seeds: list[int], values: dict, extra: list[str]) -> None:
         train_cmd(

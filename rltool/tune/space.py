@@ -104,21 +104,35 @@ def load(name: str) -> Space:
     return space
 
 
-def check_keys(space: Space, cfg, fixed: list[str]) -> None:
-    """Every searched key (and ``when`` key) must be a key of the composed config ``cfg``, and
-    none may also be set on the command line (``fixed``: its ``key=value`` overrides)."""
+def _free(cfg, key: str) -> bool:
+    """``key`` is new to ``cfg`` but may be added: its parent maps any keys (env.kwargs)."""
+    parent, _, _ = key.rpartition(".")
+    node = OmegaConf.select(cfg, parent, default=None) if parent else None
+    return OmegaConf.is_dict(node) and node._metadata.object_type is dict
+
+
+def check_keys(space: Space, cfg, fixed: list[str]) -> set[str]:
+    """Every searched key (and ``when`` key) must be a key of the composed config ``cfg`` (or of
+    a free mapping in it, such as ``env.kwargs``: returned, they are added with ``++``), and none
+    may also be set on the command line (``fixed``: its ``key=value`` overrides)."""
     given = {o.lstrip("+~").split("=", 1)[0] for o in fixed}
+    added = set()
     for key, param in space.params.items():
         for k in (key, *param.when):
-            if k not in space.params and OmegaConf.select(cfg, k, default=_MISSING) is _MISSING:
-                raise UserError(
-                    f"search space key {k!r} is not a config key: check the spelling "
-                    "(rltool train --cfg job lists every key)"
-                )
+            if k in space.params and k != key:
+                continue
+            if OmegaConf.select(cfg, k, default=_MISSING) is _MISSING:
+                if k != key or not _free(cfg, k):
+                    raise UserError(
+                        f"search space key {k!r} is not a config key: check the spelling "
+                        "(rltool train --cfg job lists every key)"
+                    )
+                added.add(k)
         if key in given:
             raise UserError(f"{key} is both searched and set on the command line: drop one")
         if key == "seed":
             raise UserError("seed cannot be searched: a trial runs on seeds=K search seeds")
+    return added
 
 
 def _applies(param: Param, cfg, sampled: dict) -> bool:
@@ -155,7 +169,7 @@ def _text(v: Any) -> str:
     return repr(v)
 
 
-def overrides(values: dict[str, Any]) -> list[str]:
+def overrides(values: dict[str, Any], added: set[str] = frozenset()) -> list[str]:
     """Hydra overrides of sampled values, the same text for the same values (a sweep compares
-    a job's overrides with those it ran with)."""
-    return [f"{k}={_text(v)}" for k, v in values.items()]
+    a job's overrides with those it ran with); keys in ``added`` are new keys (``++``)."""
+    return [f"{'++' * (k in added)}{k}={_text(v)}" for k, v in values.items()]

@@ -98,8 +98,9 @@ def make_pruner(name: str, startup: int):
     return optuna.pruners.NopPruner()
 
 
-def open_study(study: Path, pruner: str, startup: int, seed: int | None = None):
-    """The study in ``study``'s storage (created when new), maximising the objective."""
+def open_study(study: Path, opts):
+    """The study in ``study``'s storage (created when new), maximising the objective; ``opts``:
+    the command's pruner, pruner_startup, sampler_seed and random_trials."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -107,11 +108,13 @@ def open_study(study: Path, pruner: str, startup: int, seed: int | None = None):
         storage=storage(study),
         study_name=STUDY_NAME,
         direction="maximize",
-        pruner=make_pruner(pruner, startup),
+        pruner=make_pruner(opts.pruner, opts.pruner_startup),
         load_if_exists=True,
     )
-    if seed is not None:  # a resumed search must not draw the same values again
-        s.sampler = optuna.samplers.TPESampler(seed=seed + len(s.trials))
+    # seeded by the trials so far: a resumed search does not draw the same values again
+    s.sampler = optuna.samplers.TPESampler(
+        n_startup_trials=opts.random_trials, seed=opts.sampler_seed + len(s.trials)
+    )
     return s
 
 
