@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from rltool.cli.train import train_cmd
-from rltool.errors import UserError
+from rltool.errors import RunStopped, UserError
 from rltool.results import find_runs, group_runs
 from rltool.tables import format_table, rows
 from rltool.tune import space as sp
@@ -27,11 +27,14 @@ class Runner:
     def search(self) -> None:
         """Trials left running by a killed command first (resumed), then new ones until
         ``trials`` have finished."""
-        from optuna.trial import TrialState
+        from optuna.trial import Trial, TrialState
 
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             print(f"rltool tune: trial {t.number}: continuing (left unfinished)")
-            self._run(t.number, t._trial_id, t.params)  # optuna: no public id of a stored trial
+            # sampling again returns the stored values (and draws any a kill left unsampled);
+            # optuna has no public handle on a stored trial's id
+            trial = Trial(self.study, t._trial_id)
+            self._run(t.number, t._trial_id, sp.sample(self.space, trial, self.dcfg))
         while self._finished() < self.opts.trials:
             trial = self.study.ask()
             values = sp.sample(self.space, trial, self.dcfg)
@@ -85,7 +88,15 @@ class Runner:
         folder = st.trial_dir(self.folder, number)
         state, value, why = st.outcome(folder, self.opts.seeds, self.objective)
         if state is None:  # not run, or left unfinished: the sweep resumes or skips its jobs
-            self._sweep(folder, st.search_seeds(self.opts.seeds), values, self._callback(trial_id))
+            seeds = st.search_seeds(self.opts.seeds)
+            try:
+                self._sweep(folder, seeds, values, self._callback(trial_id))
+            except RunStopped as e:  # a signal: the trial stays running, resumable
+                raise RunStopped(
+                    f"trial {number} stopped ({str(e).split(';')[0]}): run the same rltool tune "
+                    "command again to continue the study",
+                    e.exit_code,
+                ) from None
             state, value, why = st.outcome(folder, self.opts.seeds, self.objective)
         shown = " ".join(self.trial_overrides(values))
         if state == st.DONE:
