@@ -55,15 +55,14 @@ def format_trials(table: list[dict], objective: str, fmt: str = "table") -> str:
     """The ranked trials as aligned columns, markdown or csv; a column per searched key."""
     keys = list(dict.fromkeys(k for r in table for k in r["params"]))
     head = ["rank", "trial", "state", objective, *keys]
-    body = [
-        [_cell(r["rank"]), str(r["trial"]), r["state"], _cell(r["value"])]
-        + [_cell(r["params"].get(k)) for k in keys]
+    raw = [
+        [r["rank"], r["trial"], r["state"], r["value"], *(r["params"].get(k) for k in keys)]
         for r in table
     ]
     if fmt != "csv":
-        return grid(head, body, fmt)
-    buf = io.StringIO()
-    csv.writer(buf).writerows([head, *body])
+        return grid(head, [[_cell(v) for v in line] for line in raw], fmt)
+    buf = io.StringIO()  # csv: the values as they are (empty when none)
+    csv.writer(buf).writerows([head, *[["" if v is None else v for v in line] for line in raw]])
     return buf.getvalue().rstrip("\n")
 
 
