@@ -16,7 +16,7 @@ study ends with ``trials`` finished trials (completed, pruned or failed), never 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
@@ -29,15 +29,6 @@ from rltool.tune import space as sp
 from rltool.tune import study as st
 from rltool.tune.objective import Objective
 
-# the command's own key=value arguments; everything else goes to each trial's sweep
-SEARCH, TRIALS, SEEDS, OBJECTIVE, STUDY = "search", "trials", "seeds", "objective", "study"
-PRUNER, STARTUP, SAMPLER_SEED, RANDOM_TRIALS = (
-    "pruner",
-    "pruner_startup",
-    "sampler_seed",
-    "random_trials",
-)
-CONFIRM, EXPORT = "confirm", "export"
 USAGE = (
     "usage: rltool tune <overrides> search=<space> trials=N [seeds=K] [objective=mean|min|p10|"
     "median|max|count@G] [study=<dir>] [pruner=median|halving|none] [pruner_startup=5] "
@@ -47,6 +38,8 @@ USAGE = (
 
 @dataclass
 class Options:
+    """The command's own ``key=value`` arguments; every other argument goes to each trial."""
+
     search: str | None = None
     trials: int = 0
     seeds: int = 1
@@ -73,7 +66,7 @@ class Options:
         Objective.parse(self.objective)
 
 
-_INTS = (TRIALS, SEEDS, STARTUP, SAMPLER_SEED, RANDOM_TRIALS, CONFIRM)
+_INTS = {f.name for f in fields(Options) if f.type.startswith("int")}  # trials, seeds, ...
 
 
 def parse(argv: list[str]) -> tuple[Options, list[str]]:
