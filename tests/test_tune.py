@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import optuna  # CI installs the tune extra: a missing optuna fails here, never skips
 import pytest
 from conftest import CLI_PYTHONPATH, make_cfg, start_cli
 from fake_envs import QuadraticEnv
@@ -24,8 +25,6 @@ from rltool.results import find_runs, group_runs
 from rltool.tables import rows
 from rltool.tune import space as sp
 from rltool.tune import study as st
-
-optuna = pytest.importorskip("optuna")
 
 KEY = "env.kwargs.x"
 # 2 updates of 32 frames: a periodic evaluation at 32 (reported to the pruner), the final at 64
