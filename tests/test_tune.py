@@ -183,6 +183,19 @@ def test_a_killed_study_resumes_to_exactly_n_trials(tmp_path, capsys):
         assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
 
 
+def test_a_failed_trial_is_recorded_and_the_exit_status_says_so(tmp_path, capsys):
+    study = tmp_path / "study"
+    # 32 frames do not split over 3 envs: the job fails its config check, the trial fails
+    space = space_file(tmp_path, "params:\n  env.num_envs: {type: categorical, choices: [3]}\n")
+    args = ["tune", *TINY[:2], *TINY[3:], f"search={space}", "trials=1", f"study={study}"]
+    assert main(args) == 1
+    (trial,) = load(study).trials
+    assert trial.state.name == "FAIL"
+    assert "trial 0: failed: collector.frames_per_batch=32 is invalid" in capsys.readouterr().out
+    assert main(["report", str(study)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["-", "0", "fail"]
+
+
 def test_a_second_process_on_a_study_is_refused(tmp_path, capsys):
     study = tmp_path / "study"
     args = ["tune", *TINY, f"search={float_space(tmp_path)}", "pruner=none", f"study={study}"]

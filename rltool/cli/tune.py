@@ -11,7 +11,8 @@ the study folder's lock, and a second one is refused with one line. Run the same
 after a kill: trials left running resume from their checkpoints (done jobs are skipped), and the
 study ends with ``trials`` finished trials (completed, pruned or failed), never one twice.
 ``confirm=<n>`` runs trial n's settings on the held-out population (seeds 100-119);
-``export=<file>`` writes the best trial's values as a ``conf/tuned/`` file.
+``export=<file>`` writes the best trial's values as a ``conf/tuned/`` file. Exit status 1 when a
+trial failed (a job of its sweep failed: recorded, the search goes on), as ``rltool train -m``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from hydra import compose, initialize_config_dir
 from rltool import runlock
 from rltool.cli.tune_run import Runner
 from rltool.config import conf_dir, register_configs, to_config
-from rltool.errors import EXIT_OK, UserError
+from rltool.errors import EXIT_JOB_FAILED, EXIT_OK, UserError
 from rltool.tune import space as sp
 from rltool.tune import study as st
 from rltool.tune.objective import Objective
@@ -148,4 +149,4 @@ def tune_cmd(argv: list[str]) -> int:
             runner.search()
         if opts.export:
             runner.export(Path(opts.export))
-    return EXIT_OK
+    return EXIT_JOB_FAILED if runner.failed else EXIT_OK

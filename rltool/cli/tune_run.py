@@ -22,6 +22,7 @@ class Runner:
         self.folder, self.study, self.space, self.dcfg = Path(folder), study, space, dcfg
         self.objective, self.opts, self.overrides = objective, opts, overrides
         self.added = added  # searched keys new to the config (env.kwargs.<name>): added with ++
+        self.failed = 0  # trials this command recorded failed
 
     # ---- the search ----
     def search(self) -> None:
@@ -106,6 +107,7 @@ class Runner:
             self.study.tell(number, state=TrialState.PRUNED)
             print(f"rltool tune: trial {number}: pruned ({shown})")
         else:
+            self.failed += 1
             self.study.tell(number, state=TrialState.FAIL)
             print(f"rltool tune: trial {number}: failed: {why or 'unfinished'} ({shown})")
 
