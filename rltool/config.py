@@ -404,11 +404,16 @@ def options(group: str) -> list[str]:
     return sorted(n for n in names if not n.startswith(SCHEMA_PREFIX))
 
 
+NOT_GROUPS = ("hydra", "search")  # conf/ folders of no train option (search: rltool tune's)
+
+
 def groups() -> list[str]:
     """The config groups a user chooses options of (``conf/<group>/``)."""
     from pathlib import Path
 
-    return sorted(p.name for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name != "hydra")
+    return sorted(
+        p.name for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name not in NOT_GROUPS
+    )
 
 
 def _groups_help() -> str:

@@ -1,9 +1,10 @@
 """Jobs and sweeps: a status file per job, skip-if-done on re-runs, a summary at the sweep's end.
 
 Every run folder gets ``status.json``: ``{"status": "running" | "done" | "failed" |
-"interrupted", "error": one line, "overrides": [...], ...}``. In a multirun a failing job records
-its error and returns normally (no exception reaches the launcher, no ``sys.exit``), so the other
-jobs go on whatever the launcher; :class:`SweepSummary` (a Hydra callback, run in the launching
+"interrupted" | "pruned", "error": one line, "overrides": [...], ...}``. In a multirun a failing
+job records its error and returns normally (no exception reaches the launcher, no ``sys.exit``),
+so the other jobs go on whatever the launcher (a job stopped by ``rltool tune``'s pruner is
+``pruned``); :class:`SweepSummary` (a Hydra callback, run in the launching
 process) reads the status files at the end, prints one line, and the dispatcher exits non-zero
 when a job failed.
 """
@@ -24,6 +25,11 @@ from hydra.experimental.callback import Callback
 from rltool import runlock
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
 from rltool.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
+
+
+class JobPruned(Exception):
+    """Raised inside a job by a pruner (``rltool tune``): its status becomes ``pruned``, neither
+    done nor failed, and the sweep goes on."""
 
 
 def _now() -> str:
@@ -120,6 +126,10 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
     )
     try:
         result = fn(resume)
+    except JobPruned as e:
+        write_status(job.run_dir, status="pruned", error=None, ended=_now())
+        print(f"rltool: job {job.num} ({' '.join(job.overrides)}): pruned ({e})")
+        return None
     except RunStopped as e:
         if e.exit_code == 0:  # resumed at its budget: it had finished
             write_status(job.run_dir, status="done", ended=_now())

@@ -167,12 +167,17 @@ def format_table(table: list[dict], fmt: str = "table") -> str:
         head.append(f">= {table[0]['goal']:g}")
     head += ["success"] * success + ["best greedy eval", "wall s", "status"]
     body = [_cells(r, success) for r in table]
+    text = grid(head, body, fmt)
+    return f"{text}\n\n{BEST_NOTE}" if fmt == "markdown" else text
+
+
+def grid(head: list[str], body: list[list[str]], fmt: str = "table") -> str:
+    """Rows of cells as aligned columns (``table``) or a markdown table (``markdown``)."""
     if fmt == "markdown":
         lines = [head, ["---"] * len(head), *body]
-        text = "\n".join(
+        return "\n".join(
             "| " + " | ".join(c.replace("|", "\\|") for c in ln) + " |" for ln in lines
         )
-        return f"{text}\n\n{BEST_NOTE}"
     widths = [max(len(ln[i]) for ln in [head, *body]) for i in range(len(head))]
     return "\n".join(
         "  ".join(c.ljust(w) for c, w in zip(ln, widths, strict=True)).rstrip()

@@ -39,6 +39,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+# called as hook(run_dir, row) after each periodic evaluation (not the final one): rltool tune
+# reports a trial's evaluations to its pruner from here; a hook may raise to stop the run
+EVAL_HOOKS: list[Callable[[Path, dict], None]] = []
+
+
 @dataclass
 class Run:
     """Everything a training run holds."""
@@ -179,6 +184,8 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
                 row |= evaluate(run.policy, run.eval_env, eval_seed, episodes)
                 c.next_eval += cfg.eval.every_frames
                 session.record_eval(row["eval/return_mean"])  # the best policy, when it is
+                for hook in () if final else EVAL_HOOKS:
+                    hook(run_dir, row)
             t3 = time.perf_counter()
             row |= {
                 "time/collect_s": t1 - t0,

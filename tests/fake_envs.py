@@ -125,6 +125,29 @@ class SequenceObsEnv(DiscreteObsEnv):
     )
 
 
+class QuadraticEnv(gym.Env):
+    """One-step episodes whose return is a quadratic of the env's ``x`` (kwargs), whatever the
+    policy does: ``10 - 10 (x - 0.3)^2`` plus a noise of scale ``noise`` drawn at the reset from
+    its seed (each seed of a population ends apart). A search over ``env.kwargs.x`` has its
+    optimum at 0.3."""
+
+    OPTIMUM = 0.3
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, x: float = 0.0, noise: float = 1.0):
+        self.x, self.noise, self.offset = x, noise, 0.0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.offset = self.noise * float(self.np_random.normal())
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        reward = 10.0 - 10.0 * (self.x - self.OPTIMUM) ** 2 + self.offset
+        return np.zeros(1, np.float32), reward, True, False, {}
+
+
 def register() -> None:
     for name, cls in [
         ("FakeCount-v0", CountEnv),
@@ -133,6 +156,7 @@ def register() -> None:
         ("FakeTupleObs-v0", TupleObsEnv),
         ("FakeFlatImage-v0", FlatImageEnv),
         ("FakeSequenceObs-v0", SequenceObsEnv),
+        ("FakeQuadratic-v0", QuadraticEnv),
     ]:
         if name not in gym.registry:
             gym.register(name, entry_point=f"{__name__}:{cls.__name__}")

@@ -7,9 +7,12 @@ import pytest
 from conftest import ROOT, make_cfg
 from omegaconf import OmegaConf
 
+from rltool.config import NOT_GROUPS
 from rltool.errors import ConfigError
 
-GROUPS = sorted(p.name for p in (ROOT / "conf").iterdir() if p.is_dir())
+GROUPS = sorted(
+    p.name for p in (ROOT / "conf").iterdir() if p.is_dir() and p.name not in NOT_GROUPS
+)
 # the option config.yaml's defaults list chooses in each group ({"env": "cartpole", ...})
 DEFAULTS = {
     k: v

@@ -46,6 +46,7 @@ LAYERS = {
     "rltool/sweep.py": RUN,
     "rltool/results.py": RUN,
     "rltool/tables.py": RUN,
+    "rltool/tune/": RUN,  # rltool tune's library: search spaces, objective, study, pruning
     "rltool/cli/": COMMANDS,
     "rltool/__main__.py": COMMANDS,  # python -m rltool
 }

@@ -3,8 +3,9 @@
 Hydra has no subcommands: we pop the subcommand and call it with the rest of the arguments.
 Only ``train`` is a Hydra app (:mod:`rltool.cli.train`, with ``-m`` sweeps and ``--cfg``);
 ``eval`` parses its own ``key=value`` arguments (:mod:`rltool.cli.eval`) and ``report`` /
-``plot`` use argparse (:mod:`rltool.cli.report`, :mod:`rltool.cli.plot`). A command's module is
-imported only when it runs.
+``plot`` use argparse (:mod:`rltool.cli.report`, :mod:`rltool.cli.plot`); ``tune`` runs each trial
+through ``train``'s sweeps (:mod:`rltool.cli.tune`). A command's module is imported only when it
+runs.
 
 The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): bad input (a
 :class:`~rltool.errors.UserError`, or Hydra / OmegaConf refusing to compose the config) prints
@@ -50,6 +51,10 @@ COMMANDS = {
         "table of runs/sweeps: <dirs...> [--format]",
     ),
     "plot": (_lazy("rltool.cli.plot", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+    "tune": (
+        _lazy("rltool.cli.tune", "tune_cmd"),
+        "hyperparameter search: <overrides> search=<space> trials=N seeds=K objective=p10",
+    ),
 }
 
 USAGE = (

@@ -13,6 +13,7 @@ from rltool.cli import ArgParser
 from rltool.cli.report import warn_mixed, warn_unreadable
 from rltool.errors import UserError
 from rltool.results import Setting, band, eval_curve, find_runs, group_runs
+from rltool.tune.study import is_study
 
 
 def plot_main(argv: list[str]) -> int:
@@ -30,6 +31,12 @@ def plot_main(argv: list[str]) -> int:
     )
     p.add_argument("--curves", default="policy", help="with --by: one curve per value of these")
     a = p.parse_args(argv)
+    if len(a.dirs) == 1 and is_study(a.dirs[0]):  # rltool tune's study folder
+        from rltool.cli.tune_plot import plot_study
+
+        out = plot_study(Path(a.dirs[0]), Path(a.out) if a.out else None)
+        print(f"rltool plot: study history and importances -> {out}")
+        return 0
     unreadable = []
     try:
         runs = find_runs(a.dirs, unreadable)

@@ -13,6 +13,7 @@ import sys
 from rltool.cli import ArgParser
 from rltool.results import find_runs, group_runs, mixed
 from rltool.tables import format_table, rows
+from rltool.tune.study import is_study
 
 
 def warn_unreadable(cmd: str, unreadable) -> None:
@@ -32,6 +33,13 @@ def report_main(argv: list[str]) -> int:
     p.add_argument("--goal", type=float, help="count the seeds whose final eval is >= this")
     p.add_argument("--format", choices=("table", "markdown", "csv"), default="table")
     a = p.parse_args(argv)
+    if len(a.dirs) == 1 and is_study(a.dirs[0]):  # rltool tune's study folder: its trials
+        from rltool.tune import results
+
+        meta = results.st.load_meta(a.dirs[0])
+        table = results.ranked(results.load(a.dirs[0]))
+        print(results.format_trials(table, meta["objective"], a.format))
+        return 0
     unreadable = []
     try:
         runs = find_runs(a.dirs, unreadable)

@@ -1,0 +1,33 @@
+"""``rltool plot <study>``: a study's optimisation history (each completed trial's value and the
+best so far) and its parameter importances, side by side in one PNG."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rltool.cli.plot import _check_out, _pyplot, _save
+from rltool.tune import results
+
+
+def plot_study(folder: Path, out: Path | None) -> Path:
+    study = results.load(folder)
+    objective = results.st.load_meta(folder)["objective"]
+    out = out or Path(folder) / "study.png"
+    plt = _pyplot()
+    fig, (hist, imp) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
+    _check_out(plt, fig, out)
+    numbers, values, best = results.history(study)
+    hist.plot(numbers, values, "o", label="trial")
+    hist.step(numbers, best, where="post", label="best so far")
+    hist.set_xlabel("trial")
+    hist.set_ylabel(objective)
+    hist.set_title(f"optimisation history ({len(numbers)} completed)", fontsize=9)
+    hist.legend(fontsize=8)
+    hist.grid(alpha=0.3)
+    weights = results.importances(study)
+    names = list(weights)[::-1]  # the most important on top
+    imp.barh(names, [weights[n] for n in names])
+    imp.set_xlabel("importance (fANOVA)")
+    imp.set_title("parameter importances" if weights else "importances: too few trials", fontsize=9)
+    _save(plt, fig, out)
+    return out

@@ -1,0 +1,155 @@
+"""The trials of ``rltool tune`` (:mod:`rltool.cli.tune`): each one a sweep of ``rltool train
+-m`` over its seeds, told to the Optuna study from its jobs' status files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from rltool.cli.train import train_cmd
+from rltool.errors import RunStopped, UserError
+from rltool.results import find_runs, group_runs
+from rltool.tables import format_table, rows
+from rltool.tune import space as sp
+from rltool.tune import study as st
+
+CALLBACK = "hydra.callbacks.tune_report"
+
+
+class Runner:
+    def __init__(self, folder: Path, study, space, dcfg, objective, opts, overrides, added):
+        self.folder, self.study, self.space, self.dcfg = Path(folder), study, space, dcfg
+        self.objective, self.opts, self.overrides = objective, opts, overrides
+        self.added = added  # searched keys new to the config (env.kwargs.<name>): added with ++
+        self.failed = 0  # trials this command recorded failed
+
+    # ---- the search ----
+    def search(self) -> None:
+        """Trials left running by a killed command first (resumed), then new ones until
+        ``trials`` have finished."""
+        from optuna.trial import Trial, TrialState
+
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            print(f"rltool tune: trial {t.number}: continuing (left unfinished)")
+            # sampling again returns the stored values (and draws any a kill left unsampled);
+            # optuna has no public handle on a stored trial's id
+            trial = Trial(self.study, t._trial_id)
+            self._run(t.number, t._trial_id, sp.sample(self.space, trial, self.dcfg))
+        while self._finished() < self.opts.trials:
+            trial = self.study.ask()
+            values = sp.sample(self.space, trial, self.dcfg)
+            self._run(trial.number, trial._trial_id, values)
+        print(
+            f"rltool tune: study {self.folder}: {self._counts()}; {st.best_line(self.study)}; "
+            f"next: rltool report {self.folder} | rltool plot {self.folder}"
+        )
+
+    def _finished(self) -> int:
+        return sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
+
+    def _counts(self) -> str:
+        counts: dict[str, int] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+        return ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+
+    def trial_overrides(self, params: dict) -> list[str]:
+        """The sampled values as overrides, in the space's order (the same text on a resume)."""
+        return sp.overrides({k: params[k] for k in self.space.params if k in params}, self.added)
+
+    def _sweep(self, folder: Path, seeds: list[int], values: dict, extra: list[str]) -> None:
+        train_cmd(
+            [
+                "-m",
+                *self.overrides,
+                *self.trial_overrides(values),
+                f"seed={','.join(map(str, seeds))}",
+                f"hydra.sweep.dir={folder.resolve()}",
+                *extra,
+            ]
+        )
+
+    def _callback(self, trial_id: int) -> list[str]:
+        if self.opts.pruner == "none":
+            return []
+        target = "rltool.tune.prune.ReportEvals"
+        fields = {
+            "_target_": target,
+            "study": str(self.folder.resolve()),
+            "trial_id": trial_id,
+            "pruner": self.opts.pruner,
+            "startup": self.opts.pruner_startup,
+        }
+        return [f"+{CALLBACK}.{k}={v}" for k, v in fields.items()]
+
+    def _run(self, number: int, trial_id: int, values: dict) -> None:
+        from optuna.trial import TrialState
+
+        folder = st.trial_dir(self.folder, number)
+        state, value, why = st.outcome(folder, self.opts.seeds, self.objective)
+        if state is None:  # not run, or left unfinished: the sweep resumes or skips its jobs
+            seeds = st.search_seeds(self.opts.seeds)
+            try:
+                self._sweep(folder, seeds, values, self._callback(trial_id))
+            except RunStopped as e:  # a signal: the trial stays running, resumable
+                raise RunStopped(
+                    f"trial {number} stopped ({str(e).split(';')[0]}): run the same rltool tune "
+                    "command again to continue the study",
+                    e.exit_code,
+                ) from None
+            state, value, why = st.outcome(folder, self.opts.seeds, self.objective)
+        shown = " ".join(self.trial_overrides(values))
+        if state == st.DONE:
+            self.study.tell(number, value)
+            print(f"rltool tune: trial {number}: {self.objective} {value:g} ({shown})")
+        elif state == st.PRUNED:
+            self.study.tell(number, state=TrialState.PRUNED)
+            print(f"rltool tune: trial {number}: pruned ({shown})")
+        else:
+            self.failed += 1
+            self.study.tell(number, state=TrialState.FAIL)
+            print(f"rltool tune: trial {number}: failed: {why or 'unfinished'} ({shown})")
+
+    # ---- after the search ----
+    def _trial(self, number: int):
+        from optuna.trial import TrialState
+
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number == number and t.state == TrialState.COMPLETE:
+                return t
+        raise UserError(
+            f"trial {number} is not a completed trial of {self.folder}: see rltool report "
+            f"{self.folder}"
+        )
+
+    def confirm(self, number: int) -> None:
+        """Trial ``number``'s settings on the held-out population (seeds 100-119)."""
+        t = self._trial(number)
+        folder = st.confirm_dir(self.folder, number)
+        self._sweep(folder, list(st.POPULATION), t.params, [])
+        runs = find_runs([str(folder)])
+        table = format_table(rows(group_runs(runs), self.objective.goal))
+        print(table)
+        print(
+            f"rltool tune: trial {number} on the held-out seeds {st.POPULATION[0]}-"
+            f"{st.POPULATION[-1]}: {self.objective} {self.objective.of_runs(runs):g} (search: "
+            f"{t.value:g} on seeds {st.SEARCH_SEED0}-{st.SEARCH_SEED0 + self.opts.seeds - 1})"
+        )
+
+    def export(self, path: Path) -> None:
+        """The best trial's values as a ``conf/tuned/`` file (applied last, as ``tuned`` is)."""
+        best = st.best_trial(self.study)
+        if best is None:
+            raise UserError(f"export={path}: {self.folder} has no completed trial yet")
+        values = {k: best.params[k] for k in self.space.params if k in best.params}
+        body = OmegaConf.to_yaml(st.nest(values))
+        head = (
+            f"# @package _global_\n# rltool tune: trial {best.number} of {self.folder} "
+            f"(search={self.opts.search}, {self.objective} {best.value:g} on seeds "
+            f"{st.SEARCH_SEED0}-{st.SEARCH_SEED0 + self.opts.seeds - 1}); confirm it on the "
+            f"population before shipping: rltool tune ... confirm={best.number}\n"
+        )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(head + body)
+        print(f"rltool tune: trial {best.number}'s settings -> {path}")
