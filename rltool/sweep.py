@@ -87,11 +87,25 @@ def current_job() -> Job:
     )
 
 
+# The preemption (SIGTERM / SIGINT) that stopped a job of this process. Hydra's launchers catch
+# a job's exception and start the next job before re-raising it at the sweep's end, so the later
+# jobs of the process check this and refuse to start.
+_PREEMPTED: list[RunStopped] = []
+
+
 def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
     """Runs ``fn(resume)`` (the training) under a status file. In a multirun: a job already done
     with the same overrides is skipped; one left running / interrupted / failed continues from its
     latest checkpoint (``resume=True``) or, without one, starts again; a failure is recorded and
-    reported instead of raised, except a preemption (SIGTERM / SIGINT), which stops the sweep."""
+    reported instead of raised, except a preemption (SIGTERM / SIGINT), which stops the sweep: no
+    later job of the process starts (a re-run of the same command continues them all)."""
+    if job.multirun and _PREEMPTED:
+        print(
+            f"rltool: job {job.num} ({' '.join(job.overrides)}): not started, the sweep was "
+            "stopped",
+            file=sys.stderr,
+        )
+        raise _PREEMPTED[0]
     prev, resume = read_status(job.run_dir), False
     status_path = RunFolder(job.run_dir).status
     before = status_path.read_bytes() if status_path.exists() else None
@@ -143,6 +157,8 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
             error=one_line(e),
             ended=_now(),
         )
+        if preempted and job.multirun:
+            _PREEMPTED.append(e)
         if preempted or not job.multirun:  # a signal stops the sweep too; a re-run resumes
             raise
         return _fail(job, e, keep_status=True)
@@ -214,6 +230,14 @@ class SweepResult:
 
 
 LAST_SWEEP: SweepResult | None = None  # set in the launching process, read by the dispatcher
+
+
+def new_command() -> None:
+    """Forgets the last sweep's result and preemption (one process may run several commands:
+    ``rltool tune``, tests)."""
+    global LAST_SWEEP
+    LAST_SWEEP = None
+    _PREEMPTED.clear()
 
 
 def sweep_result(sweep_dir: Path) -> SweepResult:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLI_PYTHONPATH, metric_rows
+from conftest import CLI_PYTHONPATH, metric_rows, start_cli
 from wandb_records import run_record
 
 from rltool.cli import main
@@ -209,7 +211,7 @@ def test_band_interpolates_over_the_common_range():
 
 def test_run_job_statuses_for_stops_and_signals(tmp_path):
     from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
-    from rltool.sweep import Job, read_status, run_job
+    from rltool.sweep import Job, new_command, read_status, run_job
 
     def stop(code):
         def fn(resume):
@@ -223,6 +225,11 @@ def test_run_job_statuses_for_stops_and_signals(tmp_path):
     with pytest.raises(RunStopped):  # a signal: recorded, and the sweep stops
         run_job(job, stop(EXIT_PREEMPTED))
     assert read_status(tmp_path)["status"] == "interrupted"
+    later = Job(tmp_path / "later", multirun=True, overrides=["seed=1"], num=1)
+    with pytest.raises(RunStopped, match=r"stopped \(75\)"):  # no later job of it starts
+        run_job(later, lambda resume: pytest.fail("started after the preemption"))
+    assert not later.run_dir.exists()
+    new_command()  # the next command's sweep starts afresh
     with pytest.raises(KeyboardInterrupt):
         run_job(job, lambda resume: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert read_status(tmp_path)["status"] == "interrupted"
@@ -244,3 +251,27 @@ def test_run_job_statuses_for_stops_and_signals(tmp_path):
     with pytest.raises(UserError):  # bad input leaves the folder as it was
         run_job(single, refuse)
     assert (single.run_dir / "status.json").read_bytes() == before
+
+
+def test_sigterm_stops_the_whole_sweep_and_the_same_command_continues_it(tmp_path):
+    """Hydra's launchers catch a job's exception and start the next job: after a SIGTERM, the
+    jobs left must not start (the sweep exits 75 at once), and a re-run finishes them all."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "seed=0,1,2", "total_frames=6144", "checkpoint.every_frames=512"]
+    args += ["logger.progress=none", f"hydra.sweep.dir={sweep}"]
+    proc = start_cli("train", *args)
+    deadline = time.monotonic() + 120
+    while not (sweep / "0" / "checkpoints" / "latest").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    assert statuses(sweep)["0"]["status"] == "interrupted"
+    assert not any((sweep / j / "status.json").exists() for j in ("1", "2"))  # never started
+    rerun = start_cli("train", *args)
+    out, err = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, err
+    st = statuses(sweep)
+    assert sorted(st) == ["0", "1", "2"] and {s["status"] for s in st.values()} == {"done"}
+    assert [int(r["frames"]) for r in metric_rows(sweep / "0")][-1] >= 6144

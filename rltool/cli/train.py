@@ -197,7 +197,7 @@ def train_cmd(argv: list[str]) -> int:
         print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
         return EXIT_OK
     args, tmp = resume_args(argv)
-    sweep.LAST_SWEEP = None
+    sweep.new_command()
     _BEFORE = _Before()
     target = _target(args)
     took = False
