@@ -309,6 +309,29 @@ class CheckpointConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Data-parallel PPO on torch.distributed (rltool/distributed.py): each rank collects its own
+    rollout, gradients are averaged; 1 = the plain single process."""
+
+    nproc_per_node: int = 1  # >1: rltool train starts that many ranks itself (torch elastic)
+    backend: str = "auto"  # auto (gloo on CPU, nccl on CUDA) | gloo | nccl
+    timeout_s: float = 60.0  # a rank silent this long stops the others (> an eval or checkpoint)
+    # DD-PPO's preemption threshold (cut slow ranks' rollouts short): not implemented, null only
+    sync_fraction: float | None = None
+
+    def __post_init__(self):
+        check(self.nproc_per_node >= 1, "distributed.nproc_per_node", self.nproc_per_node, ">= 1")
+        check_choice("distributed.backend", self.backend, ("auto", "gloo", "nccl"))
+        check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0")
+        check(
+            self.sync_fraction is None,
+            "distributed.sync_fraction",
+            self.sync_fraction,
+            "cutting slow ranks short is not implemented yet: leave it null",
+        )
+
+
+@dataclass
 class Config:
     env: EnvConfig = MISSING
     policy: PolicyConfig = MISSING
@@ -319,6 +342,7 @@ class Config:
     logger: LoggerConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     resume: str | None = None  # a run folder to continue (rltool train resume=<run_dir>)
     seed: int = 0
     total_frames: int = 100_000
@@ -353,6 +377,12 @@ class Config:
         )
         if algo.check is not None:
             algo.check(self)
+        check(
+            self.distributed.nproc_per_node == 1 or algo.name == "ppo",
+            "distributed.nproc_per_node",
+            self.distributed.nproc_per_node,
+            f"data-parallel training is PPO's; loss={algo.name} runs on one process (set 1)",
+        )
 
 
 EVAL_EVERY = 10_000  # eval.every_frames for budgets of SMALL_BUDGET frames or more
@@ -372,6 +402,7 @@ SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
     "buffer": BufferConfig,
     "optim": OptimConfig,
     "logger": LoggerConfig,
+    "distributed": DistributedConfig,
 }
 
 
@@ -448,6 +479,7 @@ SAFE_KEYS = (
     "logger",
     "checkpoint",
     "resume",
+    "distributed",  # the world size itself is checked against the checkpoint's
 )
 
 
