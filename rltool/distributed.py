@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 
 import numpy as np
 import torch
@@ -138,9 +139,12 @@ class Ranks(Solo):
         self.device = device  # where the gradients are reduced
         self.samples = 1  # this rank's samples in the current rollout: the gradients' weight
         self._base: list[np.ndarray] = []  # the statistics at the last merge, equal on all ranks
+        self._iterations = 0
 
     def frames(self, n: int) -> int:
         self.samples = n
+        self._iterations += 1
+        _kill_hook(self.rank, self._iterations)
         if self.world == 1:
             return n
         t = torch.tensor([n], dtype=torch.int64)
@@ -211,7 +215,12 @@ class Ranks(Solo):
         if self.world > 1:  # built from the same seed already; rank 0's copy is the reference
             for t in [*run.policy.parameters(), *run.policy.buffers()]:
                 self._call(dist.broadcast, t.data, src=0)
-        self._base = [_moments(s) for s in running_stats(run.env)]
+        stats = running_stats(run.env)
+        if run.cfg.resume is None:  # each rank's envs were reset: merge from the statistics' start
+            self._base = [_moments(type(s)(np.shape(s.mean))) for s in stats]
+            self.merge_stats(run.env)
+        else:  # loaded from the checkpoint: the same on every rank
+            self._base = [_moments(s) for s in stats]
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -226,6 +235,16 @@ class Ranks(Solo):
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _kill_hook(rank: int, iteration: int) -> None:
+    """Test hook: ``RLTOOL_DIST_KILL=<rank>@<iteration>[:STOP]`` kills (or stops: a hang) that
+    rank as it starts that iteration's collectives."""
+    spec = os.environ.get("RLTOOL_DIST_KILL")
+    if spec:
+        where, _, how = spec.partition(":")
+        if where == f"{rank}@{iteration}":
+            os.kill(os.getpid(), signal.SIGSTOP if how == "STOP" else signal.SIGKILL)
 
 
 def backend_for(cfg, device: torch.device) -> str:
