@@ -226,7 +226,7 @@ class Ranks(Solo):
         try:
             return fn(*args, **kwargs)
         except (RuntimeError, dist.DistError) as e:
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            first = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
             raise PeerLost(
                 f"rank {self.rank}: lost the other ranks during {fn.__name__} ({first}): a rank "
                 "died, or hung longer than distributed.timeout_s; the latest checkpoint is intact"

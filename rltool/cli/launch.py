@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from rltool.errors import EXIT_PEER_LOST, UserError
+from rltool.errors import EXIT_PEER_LOST, EXIT_PREEMPTED, UserError
 
 REPORT = "RLTOOL_LAUNCH_REPORT"  # rank 0 writes its run folder and exit status there
 SLURM_PORT_BASE = 20_000  # MASTER_PORT under Slurm without one: this + job id % 10,000
@@ -144,11 +145,16 @@ def _status(report: Path, default: int) -> int:
         return default
 
 
+# how the ranks that another's failure stopped end: they lost it (76), or the agent's SIGTERM
+# stopped them (75 once they wrote a checkpoint, -15 otherwise)
+_VICTIMS = (EXIT_PEER_LOST, EXIT_PREEMPTED, -int(signal.SIGTERM))
+
+
 def _failed(e, report: Path) -> int:
     """Rank 0's status when it failed by itself (it printed its line); else one line naming
-    the rank that failed (not one that only lost the others: exit 76)."""
+    the rank that failed (not one that only lost the others, see :data:`_VICTIMS`)."""
     failures = e.failures
-    culprits = sorted(r for r, f in failures.items() if f.exitcode != EXIT_PEER_LOST)
+    culprits = sorted(r for r, f in failures.items() if f.exitcode not in _VICTIMS)
     rank = culprits[0] if culprits else min(failures)
     failure = failures[rank]
     if rank == 0 and failure.exitcode > 0:
