@@ -24,7 +24,7 @@ from rltool import runlock, sweep
 from rltool.cli import launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
 from rltool.config import conf_dir, register_configs, to_config
-from rltool.errors import EXIT_JOB_FAILED, EXIT_OK, UserError
+from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.layout import RunFolder
 from rltool.runlock import RunLocked
 from rltool.sweep import current_job, run_job
@@ -69,7 +69,7 @@ def train_app(dcfg: DictConfig) -> float | None:
     from rltool.train import train  # torch and friends load only once the config is valid
 
     job = current_job()
-    comm = _join(dcfg, job)
+    comm = _join(dcfg)
     if comm.rank != 0:  # trains in rank 0's folder and writes nothing
         try:
             train(to_config(dcfg), Path(comm.share(None)), comm)
@@ -114,16 +114,14 @@ def train_app(dcfg: DictConfig) -> float | None:
     return (summary or {}).get("eval/return_mean")
 
 
-def _join(dcfg: DictConfig, job):
+def _join(dcfg: DictConfig):
     """This process's place in the run: :data:`~rltool.distributed.SOLO`, or its rank of a
     distributed run (torchrun, Slurm, :func:`launch.launch`)."""
     from rltool import distributed
 
     if launch.worker_rank() is None:
         return distributed.SOLO
-    if job.multirun:
-        raise UserError("a distributed run is one run: start it without -m")
-    return distributed.join(to_config(dcfg))
+    return distributed.join(to_config(dcfg))  # in a sweep: each task of a submitit job a rank
 
 
 def _shown(path: Path) -> str:
