@@ -155,6 +155,9 @@ def _plain(cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg))
 
 
+ECHO_S = 5.0  # a rank's second signal this soon after the first is the same one, forwarded
+
+
 class Session:
     """Counters, schedule, checkpoints and signals of one run (see :meth:`start`)."""
 
@@ -310,7 +313,9 @@ class Session:
 
     def _install_signals(self) -> None:
         """SIGTERM / SIGINT: finish the iteration, checkpoint, stop (exit 75); a second one
-        exits at once (128 + signal number) and leaves the last checkpoint as it is."""
+        exits at once (128 + signal number) and leaves the last checkpoint as it is (a rank of
+        several ignores one within ECHO_S s: Slurm signals the launcher and the ranks alike,
+        and the launcher forwards it)."""
         self._old_handlers = {}
         if threading.current_thread() is not threading.main_thread():
             return
@@ -318,7 +323,7 @@ class Session:
         def handler(signum, _frame):
             name = signal.Signals(signum).name
             if self.stop_signal is None:
-                self.stop_signal = signum
+                self.stop_signal, self._stop_at = signum, time.monotonic()
                 print(
                     f"\nrltool: {name}: finishing this update, then writing a checkpoint "
                     f"({name} again exits at once)",
@@ -326,6 +331,8 @@ class Session:
                     flush=True,
                 )
                 return
+            if self.run.comm.world > 1 and time.monotonic() - self._stop_at < ECHO_S:
+                return  # the launcher forwarding the signal Slurm also sent this rank: the same
             print(f"\nrltool: second {name}: exiting now, no new checkpoint", file=sys.stderr)
             raise SystemExit(128 + signum)
 

@@ -301,3 +301,19 @@ def test_faked_slurm_step_of_two_tasks_trains_one_run(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], errs
     assert len(metric_rows(tmp_path / "run")) == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+
+
+@pytest.mark.slow  # ~45 s: timeout_s, then the elastic agent's 30 s grace before its SIGKILL
+def test_a_hung_rank_stops_the_others_after_the_timeout(tmp_path):
+    r = run_cli(
+        "train",
+        *RUN,
+        "distributed.nproc_per_node=2",
+        "distributed.timeout_s=5",
+        "hydra.run.dir=run",
+        cwd=tmp_path,
+        env={"RLTOOL_DIST_KILL": "1@2:STOP"},
+    )
+    assert r.returncode == 76
+    assert "hung longer than distributed.timeout_s" in r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith("rltool train: rank 1 stopped")
