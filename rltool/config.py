@@ -310,13 +310,13 @@ class CheckpointConfig:
 
 @dataclass
 class DistributedConfig:
-    """Data-parallel PPO on torch.distributed (rltool/distributed.py): each rank collects its own
-    rollout, gradients are averaged; 1 = the plain single process."""
+    """Data-parallel training on torch.distributed (rltool/distributed.py): each rank collects
+    its own rollout, gradients are averaged; 1 = the plain single process."""
 
     nproc_per_node: int = 1  # >1: rltool train starts that many ranks itself (torch elastic)
     backend: str = "auto"  # auto (gloo on CPU, nccl on CUDA) | gloo | nccl
     timeout_s: float = 60.0  # a rank silent this long stops the others (> an eval or checkpoint)
-    # DD-PPO's preemption threshold (cut slow ranks' rollouts short): not implemented, null only
+    # the preemption threshold of Wijmans et al. (slow ranks cut short): not implemented, null only
     sync_fraction: float | None = None
 
     def __post_init__(self):
@@ -378,10 +378,11 @@ class Config:
         if algo.check is not None:
             algo.check(self)
         check(
-            self.distributed.nproc_per_node == 1 or algo.name == "ppo",
+            self.distributed.nproc_per_node == 1 or algo.data_parallel,
             "distributed.nproc_per_node",
             self.distributed.nproc_per_node,
-            f"data-parallel training is PPO's; loss={algo.name} runs on one process (set 1)",
+            f"loss={algo.name} runs on one process (set 1); on several: "
+            f"{', '.join(algos.data_parallel())}",
         )
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from rltool import algos
 from rltool.collectors.devices import DEVICE_KEYS, resolve_devices
 from rltool.errors import EXIT_PEER_LOST, RunStopped, UserError
 
@@ -266,10 +267,10 @@ def join(cfg) -> Ranks:
     ``cuda:LOCAL_RANK`` (so ``collector.device=cuda`` means that one)."""
     given = {k: getattr(cfg.collector, k) for k in DEVICE_KEYS}
     device = resolve_devices(**given).policy or torch.device("cpu")
-    if cfg.loss.name != "ppo" and int(os.environ["WORLD_SIZE"]) > 1:
+    if not algos.get(cfg.loss.name).data_parallel and int(os.environ["WORLD_SIZE"]) > 1:
         raise UserError(
-            f"loss={cfg.loss.name} runs on one process: data-parallel training is PPO's (start "
-            "it without torchrun, or with --nproc-per-node=1)"
+            f"loss={cfg.loss.name} runs on one process (start it without torchrun, or with "
+            f"--nproc-per-node=1); on several: {', '.join(algos.data_parallel())}"
         )
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))

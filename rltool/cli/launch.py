@@ -42,7 +42,8 @@ def from_slurm(env: dict) -> None:
     if int(env.get("SLURM_STEP_NUM_TASKS", "1")) <= 1 or "RANK" in env:
         return
     job = int(env.get("SLURM_JOB_ID", "0"))
-    host = env.get("SLURM_LAUNCH_NODE_IPADDR") or _first_host(env.get("SLURM_JOB_NODELIST", ""))
+    nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")  # rank 0: the first
+    host = _first_host(nodes) if nodes else env.get("SLURM_LAUNCH_NODE_IPADDR", "localhost")
     env.setdefault("RANK", env["SLURM_PROCID"])
     env.setdefault("WORLD_SIZE", env["SLURM_STEP_NUM_TASKS"])
     env.setdefault("LOCAL_RANK", env.get("SLURM_LOCALID", "0"))
