@@ -316,19 +316,21 @@ class DistributedConfig:
     nproc_per_node: int = 1  # >1: rltool train starts that many ranks itself (torch elastic)
     backend: str = "auto"  # auto (gloo on CPU, nccl on CUDA) | gloo | nccl
     timeout_s: float = 60.0  # a rank silent this long stops the others (> an eval or checkpoint)
-    # the preemption threshold of Wijmans et al. (slow ranks cut short): not implemented, null only
+    # the preemption threshold of Wijmans et al.: once this fraction of the ranks has collected
+    # its rollout, the others cut theirs short (after a quarter of it); null: off
     sync_fraction: float | None = None
 
     def __post_init__(self):
         check(self.nproc_per_node >= 1, "distributed.nproc_per_node", self.nproc_per_node, ">= 1")
         check_choice("distributed.backend", self.backend, ("auto", "gloo", "nccl"))
         check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0")
-        check(
-            self.sync_fraction is None,
-            "distributed.sync_fraction",
-            self.sync_fraction,
-            "cutting slow ranks short is not implemented yet: leave it null",
-        )
+        if self.sync_fraction is not None:
+            check(
+                0 < self.sync_fraction <= 1,
+                "distributed.sync_fraction",
+                self.sync_fraction,
+                "must be in (0, 1] or null (off)",
+            )
 
 
 @dataclass

@@ -21,8 +21,10 @@ plain path does.
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import signal
+import time
 
 import numpy as np
 import torch
@@ -38,6 +40,10 @@ class Solo:
 
     rank, world, writer = 0, 1, True
     grad_hook = None
+
+    def collect(self, collector):
+        """This rank's rollout (see ``distributed.sync_fraction``)."""
+        return collector.collect()
 
     def frames(self, n: int) -> int:
         """Frames collected by all ranks this iteration (``n``: this rank's)."""
@@ -133,14 +139,38 @@ def _set_moments(s, row: np.ndarray) -> None:
 class Ranks(Solo):
     """This process's rank in the default process group (see :func:`join`)."""
 
-    def __init__(self, group, device: torch.device):
+    def __init__(self, group, device: torch.device, sync_fraction: float | None = None, split=1):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.sync, self.split = sync_fraction, split  # split: minibatches a rollout makes
         self.writer = self.rank == 0
         self.cpu = group  # gloo: counters, statistics, objects (NCCL only moves CUDA tensors)
         self.device = device  # where the gradients are reduced
         self.samples = 1  # this rank's samples in the current rollout: the gradients' weight
         self._base: list[np.ndarray] = []  # the statistics at the last merge, equal on all ranks
         self._iterations = 0
+
+    def collect(self, collector):
+        """Cut short once ``sync_fraction`` of the ranks finished theirs (Wijmans et al.'s
+        preemption threshold), after at least a quarter of the steps, at a length that still
+        splits into the same minibatches: a shared counter in the process group's store."""
+        if self.sync is None or self.world == 1:
+            return collector.collect()
+        store = dist.distributed_c10d._get_default_store()  # the rendezvous' key-value store
+        key, need = f"rltool/collected/{self._iterations + 1}", math.ceil(self.sync * self.world)
+        quarter, width = max(1, collector.T // 4), collector.B
+
+        def stop(n: int) -> bool:
+            _slow_hook(self.rank)
+            if n < quarter or (n * width) % self.split:
+                return False
+            return self._call(store.add, key, 0) >= need
+
+        batch = collector.collect(stop)
+        if batch.shape[0] == collector.T:
+            self._call(store.add, key, 1)
+        if self.writer and self._iterations >= 1:  # every rank is past the previous one's
+            store.delete_key(f"rltool/collected/{self._iterations}")
+        return batch
 
     def frames(self, n: int) -> int:
         self.samples = n
@@ -248,6 +278,15 @@ def _kill_hook(rank: int, iteration: int) -> None:
             os.kill(os.getpid(), signal.SIGSTOP if how == "STOP" else signal.SIGKILL)
 
 
+def _slow_hook(rank: int) -> None:
+    """Test hook: ``RLTOOL_DIST_SLOW=<rank>:<seconds>`` makes that rank a straggler (a pause
+    after each env step while ``distributed.sync_fraction`` is on)."""
+    spec = os.environ.get("RLTOOL_DIST_SLOW", "")
+    who, _, pause = spec.partition(":")
+    if who == str(rank):
+        time.sleep(float(pause))
+
+
 def backend_for(cfg, device: torch.device) -> str:
     """gloo on CPU, NCCL when the policy (and so the gradients) live on CUDA."""
     want = cfg.distributed.backend
@@ -279,4 +318,5 @@ def join(cfg) -> Ranks:
     timeout = datetime.timedelta(seconds=cfg.distributed.timeout_s)
     dist.init_process_group(backend, timeout=timeout)
     group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
-    return Ranks(group, device)
+    split = getattr(cfg.loss, "num_minibatches", 1)
+    return Ranks(group, device, cfg.distributed.sync_fraction, split)

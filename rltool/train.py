@@ -181,7 +181,7 @@ def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
     try:
         while c.frames < cfg.total_frames:
             t0 = time.perf_counter()
-            batch = run.collector.collect()
+            batch = comm.collect(run.collector)  # a slow rank's may be cut short (sync_fraction)
             c.frames += comm.frames(batch.numel())  # every rank's
             comm.merge_stats(run.env)
             if batch.device != loss_device:

@@ -98,6 +98,36 @@ def _step_worker(rank: int, port: int, out: str) -> None:
     comm.close()
 
 
+def _sync_worker(rank: int, port: int, out: str) -> None:
+    """Rank 1 is a straggler; distributed.sync_fraction=0.5 cuts its rollouts short."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RLTOOL_DIST_SLOW="1:0.05")
+    torch.set_num_threads(1)
+    cfg = make_cfg(*SMALL, "distributed.sync_fraction=0.5")
+    comm = distributed.join(cfg)
+    run = train.build(cfg, None, comm)
+    comm.attach(run)
+    lengths, totals = [], []
+    for i in range(3):
+        batch = comm.collect(run.collector)
+        totals.append(comm.frames(batch.numel()))
+        comm.merge_stats(run.env)
+        train.update(run, batch, 0.1 * i, totals[-1])
+        lengths.append(batch.shape[0])
+    flat = torch.cat([p.detach().reshape(-1) for p in run.policy.parameters()])
+    torch.save({"lengths": lengths, "totals": totals, "flat": flat}, f"{out}/rank{rank}.pt")
+    comm.close()
+
+
+def test_a_straggler_is_cut_short_and_the_ranks_stay_identical(tmp_path):
+    mp.spawn(_sync_worker, args=(_port(), str(tmp_path)), nprocs=2, join=True)
+    fast, slow = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2))
+    assert fast["lengths"] == [16, 16, 16]  # 128 frames of 8 envs
+    assert all(4 <= n < 16 for n in slow["lengths"])  # at least a quarter of its steps
+    assert fast["totals"] == slow["totals"] == [(16 + n) * 8 for n in slow["lengths"]]
+    assert torch.equal(fast["flat"], slow["flat"])
+
+
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory):
     out = tmp_path_factory.mktemp("ranks")
