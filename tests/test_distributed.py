@@ -347,3 +347,28 @@ def test_a_hung_rank_stops_the_others_after_the_timeout(tmp_path):
     assert r.returncode == 76
     assert "hung longer than distributed.timeout_s" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("rltool train: rank 1 stopped")
+
+
+def test_a_submitit_job_of_two_tasks_is_one_two_rank_run(tmp_path, monkeypatch, capsys):
+    from conftest import CLI_PYTHONPATH
+
+    from rltool.cli import main
+
+    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)  # submitit's tasks import this checkout
+    sweep = tmp_path / "sweep"
+    args = [
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=5",
+        "hydra.launcher.tasks_per_node=2",
+        "seed=0",
+        *RUN,
+        f"hydra.sweep.dir={sweep}",
+    ]
+    assert main(args) == 0
+    assert "1 done" in capsys.readouterr().out
+    rows = metric_rows(sweep / "0")
+    assert [int(r["frames"]) for r in rows] == [256, 512, 768, 1024]  # both tasks' frames
+    body = torch.load(sweep / "0" / "checkpoints" / "ckpt-000000001024.pt", weights_only=True)
+    assert len(body["ranks"]) == 2

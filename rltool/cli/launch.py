@@ -4,9 +4,10 @@
   refused before any rank starts), then runs torch's elastic launcher (what ``torchrun
   --standalone`` runs) with N copies of the same command line; it returns rank 0's exit status,
   or names the rank that died first.
-- ``torchrun ... -m rltool train ...`` (one machine or several, c10d rendezvous) and Slurm's
-  ``srun`` (``SLURM_PROCID`` etc., turned into torch's variables by :func:`worker_rank`) start the
-  ranks themselves; each finds its rank in the environment.
+- ``torchrun ... -m rltool train ...`` (one machine or several, c10d rendezvous), Slurm's
+  ``srun`` (``SLURM_PROCID`` etc.) and the tasks of a submitit job (Hydra's submitit launcher with
+  ``tasks_per_node``) start the ranks themselves; :func:`worker_rank` turns what each finds in its
+  environment into torch's variables.
 
 Ranks other than 0 write nothing: :func:`follower_args` points their Hydra at a scratch folder
 with no ``.hydra/`` record and no log; rank 0 chooses the run folder and shares it.
@@ -21,6 +22,7 @@ import signal
 import sys
 import tempfile
 import uuid
+import zlib
 from pathlib import Path
 
 from rltool.errors import EXIT_PEER_LOST, EXIT_PREEMPTED, UserError
@@ -51,8 +53,29 @@ def from_slurm(env: dict) -> None:
     env.setdefault("MASTER_PORT", str(SLURM_PORT_BASE + job % 10_000))
 
 
+def from_submitit(env: dict) -> None:
+    """Torch's variables in a task of a submitit job of several tasks (a Hydra sweep with
+    ``hydra/launcher=submitit_*`` and ``hydra.launcher.tasks_per_node``): each task a rank."""
+    if "RANK" in env or not env.get("SUBMITIT_EXECUTOR"):
+        return
+    import submitit
+
+    job = submitit.JobEnvironment()
+    if job.num_tasks <= 1:
+        return
+    local = env["SUBMITIT_EXECUTOR"] == "local"
+    env.setdefault("RANK", str(job.global_rank))
+    env.setdefault("WORLD_SIZE", str(job.num_tasks))
+    env.setdefault("LOCAL_RANK", str(job.local_rank))
+    env.setdefault("MASTER_ADDR", "127.0.0.1" if local else job.hostnames[0])
+    env.setdefault(
+        "MASTER_PORT", str(SLURM_PORT_BASE + zlib.crc32(str(job.job_id).encode()) % 10_000)
+    )
+
+
 def worker_rank() -> int | None:
     """This process's rank when it is one of a distributed run's processes, else None."""
+    from_submitit(os.environ)
     from_slurm(os.environ)
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return None
