@@ -230,17 +230,22 @@ def test_resume_with_another_world_size_is_refused(straight, tmp_path):
     assert "written by 2 process(es), this run has 1" in r.stderr.strip().splitlines()[-1]
 
 
-def test_a_killed_rank_stops_the_others_with_one_line(tmp_path):
-    t0 = time.monotonic()
-    r = run_cli(
+def _broken_run(tmp_path, timeout_s: int, hook: str):
+    """A 2-rank run whose rank 1 is killed or stopped (RLTOOL_DIST_KILL) at its 2nd update."""
+    return run_cli(
         "train",
         *RUN,
         "distributed.nproc_per_node=2",
-        "distributed.timeout_s=20",
+        f"distributed.timeout_s={timeout_s}",
         "hydra.run.dir=run",
         cwd=tmp_path,
-        env={"RLTOOL_DIST_KILL": "1@2"},
+        env={"RLTOOL_DIST_KILL": hook},
     )
+
+
+def test_a_killed_rank_stops_the_others_with_one_line(tmp_path):
+    t0 = time.monotonic()
+    r = _broken_run(tmp_path, 20, "1@2")
     assert r.returncode == 76
     assert time.monotonic() - t0 < 60
     last = r.stderr.strip().splitlines()[-1]
@@ -335,15 +340,7 @@ def test_faked_slurm_step_of_two_tasks_trains_one_run(tmp_path):
 
 @pytest.mark.slow  # ~45 s: timeout_s, then the elastic agent's 30 s grace before its SIGKILL
 def test_a_hung_rank_stops_the_others_after_the_timeout(tmp_path):
-    r = run_cli(
-        "train",
-        *RUN,
-        "distributed.nproc_per_node=2",
-        "distributed.timeout_s=5",
-        "hydra.run.dir=run",
-        cwd=tmp_path,
-        env={"RLTOOL_DIST_KILL": "1@2:STOP"},
-    )
+    r = _broken_run(tmp_path, 5, "1@2:STOP")
     assert r.returncode == 76
     assert "hung longer than distributed.timeout_s" in r.stderr
     assert r.stderr.strip().splitlines()[-1].startswith("rltool train: rank 1 stopped")
