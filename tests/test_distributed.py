@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from conftest import cli_env, make_cfg, metric_rows, run_cli
+from conftest import cli_env, make_cfg, metric_rows, run_cli, submitit_local
 
 from rltool import distributed, train
 from rltool.cli.launch import from_slurm
@@ -347,22 +347,10 @@ def test_a_hung_rank_stops_the_others_after_the_timeout(tmp_path):
 
 
 def test_a_submitit_job_of_two_tasks_is_one_two_rank_run(tmp_path, monkeypatch, capsys):
-    from conftest import CLI_PYTHONPATH
-
     from rltool.cli import main
 
-    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)  # submitit's tasks import this checkout
     sweep = tmp_path / "sweep"
-    args = [
-        "train",
-        "-m",
-        "hydra/launcher=submitit_local",
-        "hydra.launcher.timeout_min=5",
-        "hydra.launcher.tasks_per_node=2",
-        "seed=0",
-        *RUN,
-        f"hydra.sweep.dir={sweep}",
-    ]
+    args = submitit_local(monkeypatch, sweep, "hydra.launcher.tasks_per_node=2", "seed=0", *RUN)
     assert main(args) == 0
     assert "1 done" in capsys.readouterr().out
     rows = metric_rows(sweep / "0")
