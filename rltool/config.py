@@ -309,6 +309,31 @@ class CheckpointConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Data-parallel training on torch.distributed (rltool/distributed.py): each rank collects
+    its own rollout, gradients are averaged; 1 = the plain single process."""
+
+    nproc_per_node: int = 1  # >1: rltool train starts that many ranks itself (torch elastic)
+    backend: str = "auto"  # auto (gloo on CPU, nccl on CUDA) | gloo | nccl
+    timeout_s: float = 60.0  # a rank silent this long stops the others (> an eval or checkpoint)
+    # the preemption threshold of Wijmans et al.: once this fraction of the ranks has collected
+    # its rollout, the others cut theirs short (after a quarter of it); null: off
+    sync_fraction: float | None = None
+
+    def __post_init__(self):
+        check(self.nproc_per_node >= 1, "distributed.nproc_per_node", self.nproc_per_node, ">= 1")
+        check_choice("distributed.backend", self.backend, ("auto", "gloo", "nccl"))
+        check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0")
+        if self.sync_fraction is not None:
+            check(
+                0 < self.sync_fraction <= 1,
+                "distributed.sync_fraction",
+                self.sync_fraction,
+                "must be in (0, 1] or null (off)",
+            )
+
+
+@dataclass
 class Config:
     env: EnvConfig = MISSING
     policy: PolicyConfig = MISSING
@@ -319,6 +344,7 @@ class Config:
     logger: LoggerConfig = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
     resume: str | None = None  # a run folder to continue (rltool train resume=<run_dir>)
     seed: int = 0
     total_frames: int = 100_000
@@ -353,6 +379,13 @@ class Config:
         )
         if algo.check is not None:
             algo.check(self)
+        check(
+            self.distributed.nproc_per_node == 1 or algo.data_parallel,
+            "distributed.nproc_per_node",
+            self.distributed.nproc_per_node,
+            f"loss={algo.name} runs on one process (set 1); on several: "
+            f"{', '.join(algos.data_parallel())}",
+        )
 
 
 EVAL_EVERY = 10_000  # eval.every_frames for budgets of SMALL_BUDGET frames or more
@@ -372,6 +405,7 @@ SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
     "buffer": BufferConfig,
     "optim": OptimConfig,
     "logger": LoggerConfig,
+    "distributed": DistributedConfig,
 }
 
 
@@ -453,6 +487,7 @@ SAFE_KEYS = (
     "logger",
     "checkpoint",
     "resume",
+    "distributed",  # the world size itself is checked against the checkpoint's
 )
 
 

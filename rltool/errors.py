@@ -20,6 +20,7 @@ EXIT_USAGE = 2  # bad input (a UserError, a Hydra / OmegaConf composition error)
 EXIT_DIVERGED = 3  # too many non-finite optimizer steps in a row
 EXIT_SOFTWARE = 70  # an internal error: a bug in rltool (sysexits EX_SOFTWARE)
 EXIT_PREEMPTED = 75  # SIGTERM / SIGINT: checkpoint written, resume it (sysexits EX_TEMPFAIL)
+EXIT_PEER_LOST = 76  # a distributed run lost a rank (died, hung): resume it (EX_PROTOCOL)
 EXIT_INTERRUPTED = 130  # Ctrl-C outside a training session's handler (128 + SIGINT)
 
 

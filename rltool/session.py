@@ -109,6 +109,38 @@ def state_parts(run) -> tuple[dict, dict]:
     return parts | own, folders
 
 
+# a process's own parts (the rest is the same on every rank: the model, the optimizer, ...)
+OWN_PARTS = ("episodes", "reward_scaler")
+
+
+def pack(state: dict, rng: dict, comm) -> dict:
+    """The checkpoint entries of ``state`` and ``rng``: as they are for one process; for several,
+    the shared parts once and ``ranks``: each rank's own parts and RNG (rank 0: all of them; the
+    others: None)."""
+    own = {k: state.pop(k) for k in OWN_PARTS if k in state} | {"rng": rng}
+    ranks = comm.gather(own)
+    if comm.world == 1:
+        return {"rng": rng, "state": state | {k: v for k, v in own.items() if k != "rng"}}
+    return None if ranks is None else {"rng": ranks[0]["rng"], "state": state, "ranks": ranks}
+
+
+def unpack(body: dict, comm, path: Path) -> tuple[dict, dict]:
+    """(state, rng) of this rank in checkpoint ``body``; a checkpoint of another world size is
+    refused."""
+    ranks = body.get("ranks")
+    world = 1 if ranks is None else len(ranks)
+    if world != comm.world:
+        raise UserError(
+            f"checkpoint {path} was written by {world} process(es), this run has {comm.world}: "
+            f"resume it with {world} (distributed.nproc_per_node={world}, or torchrun "
+            f"--nproc-per-node={world})"
+        )
+    if ranks is None:
+        return body["state"], body["rng"]
+    own = ranks[comm.rank]
+    return body["state"] | {k: v for k, v in own.items() if k != "rng"}, own["rng"]
+
+
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
@@ -121,6 +153,9 @@ def _flat(d: dict, prefix: str = "") -> dict:
 
 def _plain(cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg))
+
+
+ECHO_S = 5.0  # a rank's second signal this soon after the first is the same one, forwarded
 
 
 class Session:
@@ -148,7 +183,8 @@ class Session:
                     f"{run_dir} already holds a checkpoint ({found.name}): continue it with "
                     f"rltool train resume={run_dir}, or choose another hydra.run.dir"
                 )
-            (Path(run_dir) / layout.CONFIG).write_text(OmegaConf.to_yaml(_plain(cfg)))
+            if run.comm.writer:
+                (Path(run_dir) / layout.CONFIG).write_text(OmegaConf.to_yaml(_plain(cfg)))
             c = Counters(next_eval=cfg.eval.every_frames, total_frames=cfg.total_frames)
             return cls(run, run_dir, c)
         path = ckpt.latest(ckpt.checkpoint_dir(run_dir))
@@ -156,10 +192,11 @@ class Session:
             raise UserError(f"resume={cfg.resume}: no checkpoint in {run_dir}: start a new run")
         body = ckpt.load(path)
         cls._check_config(body["config"], _plain(cfg), path)
+        state, rng = unpack(body, run.comm, path)
         parts, folders = state_parts(run)
         try:
             for name, obj in parts.items():
-                obj.load_state_dict(body["state"][name])
+                obj.load_state_dict(state[name])
             ckpt.load_folders(path, folders)
         except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
             first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
@@ -177,15 +214,21 @@ class Session:
         if c.total_frames != cfg.total_frames:  # a new budget: re-anchor, never jump
             p = progress(c, c.frames)
             c.anchor_frames, c.anchor_progress, c.total_frames = c.frames, p, cfg.total_frames
-        _truncate_metrics(Path(run_dir) / cfg.logger.csv.filename, c.frames)
-        record = _plain(dataclasses.replace(cfg, resume=None))
-        if OmegaConf.to_container(OmegaConf.load(Path(run_dir) / layout.CONFIG)) != record:
-            ckpt.atomic_write(
-                Path(run_dir) / layout.CONFIG, lambda f: f.write(OmegaConf.to_yaml(record).encode())
-            )
-        set_rng_state(body["rng"])  # last: nothing after this may draw random numbers
-        print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
+        if run.comm.writer:
+            cls._record(cfg, Path(run_dir), c, path)
+        set_rng_state(rng)  # last: nothing after this may draw random numbers
         return cls(run, run_dir, c)
+
+    @staticmethod
+    def _record(cfg, run_dir: Path, c: Counters, path: Path) -> None:
+        """The writer's part of a resume: metrics cut back to the checkpoint, the config."""
+        _truncate_metrics(run_dir / cfg.logger.csv.filename, c.frames)
+        record = _plain(dataclasses.replace(cfg, resume=None))
+        if OmegaConf.to_container(OmegaConf.load(run_dir / layout.CONFIG)) != record:
+            ckpt.atomic_write(
+                run_dir / layout.CONFIG, lambda f: f.write(OmegaConf.to_yaml(record).encode())
+            )
+        print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
 
     @staticmethod
     def _check_config(saved: dict, current: dict, path: Path) -> None:
@@ -212,6 +255,8 @@ class Session:
         """Counts the iteration; writes a checkpoint when due, at the end of the budget or after
         a signal (then stops the run with exit code 75)."""
         c, every = self.counters, self.cfg.checkpoint.every_frames
+        if self.run.comm.any(self.stop_signal is not None) and self.stop_signal is None:
+            self.stop_signal = signal.SIGTERM  # another rank was told to stop: all stop here
         c.updates += 1
         c.episodes += int(row.get("train/episodes", 0))
         due = every is not None and c.frames // every > self.last_saved // every
@@ -220,8 +265,8 @@ class Session:
         if self.stop_signal is not None and c.frames < self.cfg.total_frames:
             name = signal.Signals(self.stop_signal).name
             raise RunStopped(
-                f"stopped by {name} at {c.frames:,} frames; checkpoint {path} written; "
-                f"continue with: rltool train resume={self.run_dir}",
+                f"stopped by {name} at {c.frames:,} frames; checkpoint {path or 'by rank 0'} "
+                f"written; continue with: rltool train resume={self.run_dir}",
                 EXIT_PREEMPTED,
             )
 
@@ -244,8 +289,9 @@ class Session:
             self.dir.mkdir(parents=True, exist_ok=True)
             ckpt.save_file(layout.RunFolder(self.run_dir).best, payload)
 
-    def save(self) -> Path:
-        """Writes a checkpoint of the run now (never a non-finite model)."""
+    def save(self) -> Path | None:
+        """Writes a checkpoint of the run now (never a non-finite model); on several ranks, rank
+        0 writes every rank's own parts (the others return None)."""
         parts, folders = state_parts(self.run)
         state = {name: obj.state_dict() for name, obj in parts.items()}
         if not all(torch.isfinite(t).all() for t in _tensors(state["policy"])):
@@ -254,13 +300,12 @@ class Session:
                 f"good checkpoint is kept in {self.dir}: lower optim.lr or set optim.max_grad_norm",
                 EXIT_DIVERGED,
             )
+        packed = pack(state, rng_state(), self.run.comm)
+        if packed is None:
+            self.last_saved = self.counters.frames
+            return None
         counters = dataclasses.replace(self.counters, elapsed_s=self.elapsed())
-        payload = {
-            "counters": dataclasses.asdict(counters),
-            "config": _plain(self.cfg),
-            "rng": rng_state(),
-            "state": state,
-        }
+        payload = {"counters": dataclasses.asdict(counters), "config": _plain(self.cfg), **packed}
         _fsync(self.run_dir / self.cfg.logger.csv.filename)  # its rows up to here survive too
         path = ckpt.save(self.dir, self.counters.frames, payload, folders, self.cfg.checkpoint.keep)
         self.last_saved = self.counters.frames
@@ -268,7 +313,9 @@ class Session:
 
     def _install_signals(self) -> None:
         """SIGTERM / SIGINT: finish the iteration, checkpoint, stop (exit 75); a second one
-        exits at once (128 + signal number) and leaves the last checkpoint as it is."""
+        exits at once (128 + signal number) and leaves the last checkpoint as it is (a rank of
+        several ignores one within ECHO_S s: Slurm signals the launcher and the ranks alike,
+        and the launcher forwards it)."""
         self._old_handlers = {}
         if threading.current_thread() is not threading.main_thread():
             return
@@ -276,7 +323,7 @@ class Session:
         def handler(signum, _frame):
             name = signal.Signals(signum).name
             if self.stop_signal is None:
-                self.stop_signal = signum
+                self.stop_signal, self._stop_at = signum, time.monotonic()
                 print(
                     f"\nrltool: {name}: finishing this update, then writing a checkpoint "
                     f"({name} again exits at once)",
@@ -284,6 +331,8 @@ class Session:
                     flush=True,
                 )
                 return
+            if self.run.comm.world > 1 and time.monotonic() - self._stop_at < ECHO_S:
+                return  # the launcher forwarding the signal Slurm also sent this rank: the same
             print(f"\nrltool: second {name}: exiting now, no new checkpoint", file=sys.stderr)
             raise SystemExit(128 + signum)
 

@@ -25,10 +25,11 @@ from rltool.algos.base import Algorithm
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
 from rltool.config import Config
+from rltool.distributed import SOLO, Solo
 from rltool.envs import VectorEnv, make_env
 from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
-from rltool.logging import check_packages, make_loggers
+from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
 from rltool.session import Session
 
@@ -59,9 +60,13 @@ class Run:
     # called with the parameters after backward, before clipping (where gradients are averaged
     # across processes)
     grad_hook: Callable[[list[torch.nn.Parameter]], None] | None = None
+    comm: Solo = SOLO  # this process's rank among the run's processes (rltool/distributed.py)
 
 
-def build(cfg: Config, run_dir: Path | None = None) -> Run:
+def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:
+    """The run's parts. Every rank builds the same policy (seed ``cfg.seed``); rank r's envs are
+    seeded from ``cfg.seed + r * env.num_envs`` (together: the seeds of one process with all the
+    envs) and its random draws after building from that seed too."""
     devices = {k: getattr(cfg.collector, k) for k in DEVICE_KEYS}
     resolved = resolve_devices(**devices)  # a device this machine lacks fails here, before work
     torch.set_num_threads(cfg.num_threads)
@@ -80,13 +85,16 @@ def build(cfg: Config, run_dir: Path | None = None) -> Run:
     if resolved.policy is not None:  # before the algorithm copies it (a target network)
         policy.to(resolved.policy)
     algo = spec.load()(cfg, env, policy, run_dir)
-    collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=cfg.seed, **devices)
+    own_seed = cfg.seed + comm.rank * cfg.env.num_envs
+    collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=own_seed, **devices)
     # foreach: one kernel per op over all parameters, not a Python loop (CPU defaults to the loop)
     optimizer = torch.optim.Adam(
         policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps, foreach=True
     )
     guard = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
-    return Run(cfg, env, eval_env, policy, algo, collector, optimizer, guard)
+    if comm.rank:
+        seed_everything(own_seed)
+    return Run(cfg, env, eval_env, policy, algo, collector, optimizer, guard, comm.grad_hook, comm)
 
 
 def gradient_step(run: Run, terms) -> None:
@@ -142,50 +150,63 @@ def update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
     return dict(zip(sums, means, strict=True)) | {"nonfinite_steps": skipped, "lr": lr} | logs
 
 
-def episode_stats(batch) -> dict[str, float]:
+def episode_stats(batch, comm: Solo = SOLO) -> dict[str, float]:
+    """The episodes that ended in ``batch`` (on every rank)."""
     done = batch[K.NEXT, K.DONE].reshape(-1)
     returns = batch[K.NEXT, K.EPISODE_RETURN].reshape(-1)[done]
+    if comm.world > 1:
+        total, n = comm.returns(returns)
+        return {"train/return_mean": total / n if n else float("nan"), "train/episodes": n}
     return {
         "train/return_mean": returns.mean().item() if returns.numel() else float("nan"),
         "train/episodes": int(done.sum()),
     }
 
 
-def train(cfg: Config, run_dir: Path) -> dict[str, float]:
+def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv, checkpoints and summary.json in
-    ``run_dir``. Continues ``cfg.resume``'s latest checkpoint when set."""
+    ``run_dir`` (rank 0 alone, when ``comm`` has several). Continues ``cfg.resume``'s latest
+    checkpoint when set."""
     check_packages(cfg.logger)  # a missing optional package: refused before anything is built
-    run = build(cfg, run_dir)
+    run = build(cfg, run_dir, comm)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
+    comm.attach(run)
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)
     loss_device = module_device(run.policy)  # each batch moves there from the storing device
     devices = run.collector.devices | {"loss": str(loss_device)}
-    (run_dir / layout.DEVICES).write_text(json.dumps(devices, indent=2))
-    print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
-    loggers = make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
+    if comm.writer:
+        (run_dir / layout.DEVICES).write_text(json.dumps(devices, indent=2))
+        print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
+    loggers = (
+        make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
+        if comm.writer
+        else Loggers([])
+    )
     eval_seed = cfg.seed + cfg.eval.seed_offset
     try:
         while c.frames < cfg.total_frames:
             t0 = time.perf_counter()
-            batch = run.collector.collect()
-            c.frames += batch.numel()
+            batch = comm.collect(run.collector)  # a slow rank's may be cut short (sync_fraction)
+            c.frames += comm.frames(batch.numel())  # every rank's
+            comm.merge_stats(run.env)
             if batch.device != loss_device:
                 batch = batch.to(loss_device)
             t1 = time.perf_counter()
             row = {
                 "frames": c.frames,
-                **episode_stats(batch),
+                **episode_stats(batch, comm),
                 **update(run, batch, session.progress(), c.frames),
             }
             t2 = time.perf_counter()
             final = c.frames >= cfg.total_frames  # the final evaluation: more episodes
-            if c.frames >= c.next_eval or final:
+            due = c.frames >= c.next_eval or final
+            if due and comm.writer:  # rank 0 evaluates for all (the parameters are the same)
                 episodes = cfg.eval.final_episodes if final else cfg.eval.episodes
                 row |= evaluate(run.policy, run.eval_env, eval_seed, episodes)
-                c.next_eval += cfg.eval.every_frames
                 session.record_eval(row["eval/return_mean"])  # the best policy, when it is
-                for hook in () if final else EVAL_HOOKS:
+                for hook in () if final else EVAL_HOOKS:  # rltool tune's pruner
                     hook(run_dir, row)
+            c.next_eval += cfg.eval.every_frames if due else 0
             t3 = time.perf_counter()
             row |= {
                 "time/collect_s": t1 - t0,
@@ -209,5 +230,6 @@ def train(cfg: Config, run_dir: Path) -> dict[str, float]:
         "best_eval/return_mean": c.best_return,  # the best of every evaluation, final included
         "best_eval/frames": c.best_frames,
     }
-    (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
+    if comm.writer:
+        (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary

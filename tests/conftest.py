@@ -63,6 +63,20 @@ def start_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = 
     )
 
 
+def submitit_local(monkeypatch, sweep: Path, *overrides: str) -> list[str]:
+    """``rltool`` arguments of a sweep into ``sweep`` on submitit's local launcher (its workers
+    import this checkout)."""
+    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)
+    return [
+        "train",
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=5",
+        *overrides,
+        f"hydra.sweep.dir={sweep}",
+    ]
+
+
 def is_time_column(name: str) -> bool:
     """time/collect_s, time/update_s, time/eval_s, time_s, fps: wall-clock figures that differ
     between runs that are otherwise identical."""

@@ -39,6 +39,7 @@ LAYERS = {
     "rltool/algos/*/algorithm.py": ALGORITHMS,
     "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
     "rltool/train.py": RUN,
+    "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)
     "rltool/session.py": RUN,
     "rltool/checkpoint.py": RUN,
     "rltool/evaluation.py": RUN,

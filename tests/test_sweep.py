@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CLI_PYTHONPATH, metric_rows, start_cli
+from conftest import metric_rows, start_cli, submitit_local
 from wandb_records import run_record
 
 from rltool.cli import main
@@ -162,19 +162,9 @@ def test_interrupted_job_without_checkpoint_restarts_and_keeps_old_metrics(tmp_p
 
 
 def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)  # submitit's workers import this checkout
     sweep = tmp_path / "sweep"
-    args = [
-        "train",
-        "-m",
-        "hydra/launcher=submitit_local",
-        "hydra.launcher.timeout_min=5",
-        "seed=0,1",
-        "logger=[csv,wandb]",
-        "logger.wandb.mode=offline",
-        *TINY,
-        f"hydra.sweep.dir={sweep}",
-    ]
+    overrides = ("seed=0,1", "logger=[csv,wandb]", "logger.wandb.mode=offline", *TINY)
+    args = submitit_local(monkeypatch, sweep, *overrides)
     assert main(args) == 0
     st = statuses(sweep)
     assert sorted(st) == ["0", "1"] and {s["status"] for s in st.values()} == {"done"}

@@ -27,13 +27,16 @@ class AlgoSpec:
     env's reward scaler discounts with it). ``heads``: what the policy needs, from ``actor``,
     ``critic``, ``q``. ``algorithm``: the :class:`~rltool.algos.base.Algorithm` subclass, or
     ``"module:Class"`` to import it lazily. ``check(cfg)``: validation of the whole config (raises
-    ConfigError), run after every group's own checks."""
+    ConfigError), run after every group's own checks. ``data_parallel``: its gradient steps may be
+    averaged across ranks (every rank takes the same steps on its own rollout; see
+    ``rltool/distributed.py``)."""
 
     name: str
     config: type
     heads: tuple[str, ...]
     algorithm: type | str
     check: Callable | None = None
+    data_parallel: bool = False
 
     def load(self) -> type:
         if isinstance(self.algorithm, str):
@@ -70,6 +73,11 @@ def specs() -> list[AlgoSpec]:
     """Every registered algorithm, built-ins first."""
     _load_builtins()
     return list(_REGISTRY.values())
+
+
+def data_parallel() -> list[str]:
+    """The names of the algorithms that train on several ranks."""
+    return [s.name for s in specs() if s.data_parallel]
 
 
 def get(name: str) -> AlgoSpec:

@@ -104,6 +104,15 @@ def _internal_error(exc: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    rc = _main(argv)
+    if os.environ.get("RLTOOL_LAUNCH_REPORT"):  # rank 0 of a run rltool launched: its status
+        from rltool.cli.launch import report
+
+        report(exit=rc)
+    return rc
+
+
+def _main(argv: list[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("HYDRA_FULL_ERROR") == "1"
     argv = [a for a in argv if a != "--debug"]

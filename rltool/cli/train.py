@@ -21,7 +21,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rltool import runlock, sweep
-from rltool.cli import sweep_plan
+from rltool.cli import launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
 from rltool.config import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
@@ -69,6 +69,13 @@ def train_app(dcfg: DictConfig) -> float | None:
     from rltool.train import train  # torch and friends load only once the config is valid
 
     job = current_job()
+    comm = _join(dcfg)
+    if comm.rank != 0:  # trains in rank 0's folder and writes nothing
+        try:
+            train(to_config(dcfg), Path(comm.share(None)), comm)
+        finally:
+            comm.close()
+        return None
     try:
         took = runlock.acquire(job.run_dir)  # before status.json, config.yaml or metrics
     except RunLocked as e:
@@ -80,14 +87,15 @@ def train_app(dcfg: DictConfig) -> float | None:
             file=sys.stderr,
         )
         return None
-
+    comm.share(str(job.run_dir))  # rank 0 holds the folder: the other ranks may start
+    launch.report(run_dir=str(job.run_dir))
     trained = []
 
     def fit(resume: bool) -> dict:
         cfg = to_config(dcfg)
         if resume:  # an interrupted multirun job continues from its latest checkpoint
             cfg = dataclasses.replace(cfg, resume=str(job.run_dir))
-        out = train(cfg, job.run_dir)
+        out = train(cfg, job.run_dir, comm)
         trained.append(True)
         return out
 
@@ -100,9 +108,20 @@ def train_app(dcfg: DictConfig) -> float | None:
             _tidy(_BEFORE)  # holding the lock
         raise
     finally:
+        comm.close()
         if took:
             runlock.release(job.run_dir)
     return (summary or {}).get("eval/return_mean")
+
+
+def _join(dcfg: DictConfig):
+    """This process's place in the run: :data:`~rltool.distributed.SOLO`, or its rank of a
+    distributed run (torchrun, Slurm, :func:`launch.launch`)."""
+    from rltool import distributed
+
+    if launch.worker_rank() is None:
+        return distributed.SOLO
+    return distributed.join(to_config(dcfg))  # in a sweep: each task of a submitit job a rank
 
 
 def _shown(path: Path) -> str:
@@ -141,6 +160,13 @@ def _end_line(job, summary: dict) -> None:
 
 _NO_RUN = ("--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve")
 _MULTI = ("-m", "--multirun")
+
+
+def _shutdown_s(args: list[str]) -> float:
+    """How long the launcher lets the ranks finish an update and write a checkpoint after a
+    signal: distributed.timeout_s (given, else 60) plus 30 s."""
+    given = [a.split("=", 1)[1] for a in args if a.startswith("distributed.timeout_s=")]
+    return float(given[-1] if given else 60) + 30
 
 
 def _target(args: list[str]) -> Path | None:
@@ -197,9 +223,16 @@ def train_cmd(argv: list[str]) -> int:
         print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
         return EXIT_OK
     args, tmp = resume_args(argv)
+    rank = launch.worker_rank()
+    if rank is None and (n := launch.nproc(args)) > 1:
+        cleanup(tmp)
+        return launch.launch(argv, n, shutdown_s=_shutdown_s(args))
+    scratch = None
+    if rank:  # ranks > 0 write nothing (rank 0 shares its run folder)
+        args, scratch = launch.follower_args(args)
     sweep.new_command()
     _BEFORE = _Before()
-    target = _target(args)
+    target = _target(args) if not rank else None
     took = False
     sys.argv = ["rltool-train", *args]  # Hydra parses sys.argv
     try:
@@ -213,6 +246,7 @@ def train_cmd(argv: list[str]) -> int:
         raise
     finally:
         cleanup(tmp)
+        cleanup(scratch)
         if took:
             runlock.release(target)
     result = sweep.LAST_SWEEP

@@ -21,6 +21,8 @@ state after the step) where an episode was truncated, and one extra critic call 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from tensordict import TensorDict
 
@@ -187,23 +189,29 @@ class Collector:
 
     # ---- collection ----
     @torch.no_grad()
-    def collect(self) -> TensorDict:
-        """One rollout [T, B] on the storing device (eval + explore + sequential + no grad)."""
+    def collect(self, stop: Callable[[int], bool] | None = None) -> TensorDict:
+        """One rollout [T, B] on the storing device (eval + explore + sequential + no grad);
+        cut short to [n, B] after the n-th step where ``stop(n)`` is True (a slow rank of
+        several, :mod:`rltool.distributed`). The next rollout continues where this one ended."""
         was_training = self.policy.training
         self.policy.eval()
+        n = self.T
         try:
             with recurrent_mode("sequential"):
                 step = self._step_tensordict if self.use_tensordict else self._step_tensors
                 for t in range(self.T):
                     step(t)
+                    if stop is not None and t + 1 < self.T and stop(t + 1):
+                        n = t + 1
+                        break
                 synchronize(self.env_device, self.policy_device)  # pending async copies land
                 if self.has_critic:
-                    self._fill_next_values()
+                    self._fill_next_values(n)
                     synchronize(self.policy_device)
         finally:
             self.policy.train(was_training)
-        self.frames += self.T * self.B
-        return self.rollout
+        self.frames += n * self.B
+        return self.rollout if n == self.T else self.rollout[:n]
 
     def _step_tensors(self, t: int) -> None:
         slots, state, nb = self._slots[t], self._state, self._nb_pol
@@ -265,14 +273,14 @@ class Collector:
         trunc = r.truncated.to(slot.device)
         slot.copy_(torch.where(trunc, value.to(slot.device), slot))
 
-    def _fill_next_values(self) -> None:
-        """("next", "state_value") for every step: value[t+1], the truncation values kept, and
-        one critic call for the step after the last."""
+    def _fill_next_values(self, n: int) -> None:
+        """("next", "state_value") for the first ``n`` steps: value[t+1], the truncation values
+        kept, and one critic call for the step after the last."""
         L = self._leaves
         last = self.policy.state_value(self._inputs, self._state, self._is_init)
-        following = torch.cat([L[K.STATE_VALUE][1:], last.unsqueeze(0).to(self.storing_device)])
-        nv = L[K.nxt(K.STATE_VALUE)]
-        nv.copy_(torch.where(L[K.nxt(K.TRUNCATED)], nv, following))
+        following = torch.cat([L[K.STATE_VALUE][1:n], last.unsqueeze(0).to(self.storing_device)])
+        nv = L[K.nxt(K.STATE_VALUE)][:n]
+        nv.copy_(torch.where(L[K.nxt(K.TRUNCATED)][:n], nv, following))
 
     # ---- checkpoints: the carried root (observation, is_init, recurrent state, prev inputs) ----
     def state_dict(self) -> dict:

@@ -10,5 +10,6 @@ SPEC = register(
         config=PPOConfig,
         heads=("actor", "critic"),
         algorithm="rltool.algos.ppo.algorithm:PPO",
+        data_parallel=True,  # the same epochs of steps on every rank's own rollout
     )
 )

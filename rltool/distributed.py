@@ -1,0 +1,322 @@
+"""Data-parallel PPO on torch.distributed (DD-PPO: each rank collects with its own envs, the
+gradients are averaged by an all-reduce, so every rank keeps the same parameters).
+
+:class:`Solo` is the plain single process: every hook is the identity, so the loop in
+:mod:`rltool.train` is the same code for one process and for many. :class:`Ranks` is one rank of a
+process group (``torchrun``, Slurm, or ``rltool train distributed.nproc_per_node=N``, which starts
+torch's elastic launcher itself: :mod:`rltool.cli.launch`):
+
+- gradients: one flat buffer per optimizer step, each rank's gradients weighted by its samples
+  (:meth:`Ranks.grad_hook`, called between backward and clipping);
+- frames: ``total_frames`` and the schedules count every rank's frames (:meth:`Ranks.frames`);
+- normalisation statistics: merged at every update with Chan's parallel update; each rank adds
+  what it saw since the last merge (:meth:`Ranks.merge_stats`);
+- one voice: rank 0 alone writes (run folder, metrics, checkpoints); :meth:`Ranks.gather`
+  brings every rank's own state (episodes, RNG, running returns) to it for a checkpoint.
+
+With a world of one every collective is skipped: the distributed path computes exactly what the
+plain path does.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import os
+import signal
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rltool import algos
+from rltool.collectors.devices import DEVICE_KEYS, resolve_devices
+from rltool.errors import EXIT_PEER_LOST, RunStopped, UserError
+
+
+class Solo:
+    """One process, no communication."""
+
+    rank, world, writer = 0, 1, True
+    grad_hook = None
+
+    def collect(self, collector):
+        """This rank's rollout (see ``distributed.sync_fraction``)."""
+        return collector.collect()
+
+    def frames(self, n: int) -> int:
+        """Frames collected by all ranks this iteration (``n``: this rank's)."""
+        return n
+
+    def merge_stats(self, env) -> None:
+        """Merges the env's running normalisation statistics across ranks."""
+
+    def returns(self, returns: torch.Tensor) -> tuple[float, int]:
+        """(sum, count) of the episode returns of all ranks."""
+        return returns.sum().item(), returns.numel()
+
+    def any(self, flag: bool) -> bool:
+        """Whether ``flag`` holds on any rank."""
+        return flag
+
+    def gather(self, obj) -> list | None:
+        """Every rank's ``obj`` on rank 0 (rank order), None on the others."""
+        return [obj]
+
+    def share(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        return obj
+
+    def attach(self, run) -> None:
+        """Called once the run is built and resumed: identical parameters and statistics."""
+
+    def close(self) -> None:
+        pass
+
+
+SOLO = Solo()
+
+
+class PeerLost(RunStopped):
+    """A collective failed: another rank died, hung past ``distributed.timeout_s`` or left."""
+
+    def __init__(self, message: str):
+        super().__init__(message, EXIT_PEER_LOST)
+
+
+def running_stats(env) -> list:
+    """The env's running statistics (``RunningMeanStd``): observations, then rewards."""
+    out = []
+    norm = env.obs_norm
+    if norm is not None:
+        norms = norm.norms.values() if hasattr(norm, "norms") else [norm]
+        out += [n.stats for n in norms]
+    if env.reward_scaler is not None:
+        out.append(env.reward_scaler.stats)
+    return out
+
+
+def _moments(s) -> np.ndarray:
+    """(count, mean, M2) of a RunningMeanStd as one flat float64 row."""
+    mean, var = np.ravel(s.mean), np.ravel(s.var)
+    return np.concatenate([[s.count], mean, var * s.count])
+
+
+def delta(now: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """The moments of the samples seen since ``base`` (Chan's update run backwards)."""
+    d = len(now) // 2
+    n1, m1, q1 = now[0], now[1 : 1 + d], now[1 + d :]
+    n0, m0, q0 = base[0], base[1 : 1 + d], base[1 + d :]
+    n = n1 - n0
+    if n <= 0:
+        return np.zeros_like(now)
+    mean = (n1 * m1 - n0 * m0) / n
+    m2 = q1 - q0 - (mean - m0) ** 2 * n0 * n / n1
+    return np.concatenate([[n], mean, np.maximum(m2, 0.0)])
+
+
+def combine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Chan et al.'s parallel update of two (count, mean, M2) rows."""
+    d = len(a) // 2
+    na, ma, qa = a[0], a[1 : 1 + d], a[1 + d :]
+    nb, mb, qb = b[0], b[1 : 1 + d], b[1 + d :]
+    if nb <= 0:
+        return a
+    n = na + nb
+    diff = mb - ma
+    return np.concatenate([[n], ma + diff * nb / n, qa + qb + diff**2 * na * nb / n])
+
+
+def _set_moments(s, row: np.ndarray) -> None:
+    d = len(row) // 2
+    shape = np.shape(s.mean)
+    s.count = float(row[0])
+    s.mean = row[1 : 1 + d].reshape(shape).copy()
+    s.var = (row[1 + d :] / row[0]).reshape(shape).copy()
+
+
+class Ranks(Solo):
+    """This process's rank in the default process group (see :func:`join`)."""
+
+    def __init__(self, group, device: torch.device, sync_fraction: float | None = None, split=1):
+        self.rank, self.world = dist.get_rank(), dist.get_world_size()
+        self.sync, self.split = sync_fraction, split  # split: minibatches a rollout makes
+        self.writer = self.rank == 0
+        self.cpu = group  # gloo: counters, statistics, objects (NCCL only moves CUDA tensors)
+        self.device = device  # where the gradients are reduced
+        self.samples = 1  # this rank's samples in the current rollout: the gradients' weight
+        self._base: list[np.ndarray] = []  # the statistics at the last merge, equal on all ranks
+        self._iterations = 0
+
+    def collect(self, collector):
+        """Cut short once ``sync_fraction`` of the ranks finished theirs (Wijmans et al.'s
+        preemption threshold), after at least a quarter of the steps, at a length that still
+        splits into the same minibatches: a shared counter in the process group's store."""
+        if self.sync is None or self.world == 1:
+            return collector.collect()
+        store = dist.distributed_c10d._get_default_store()  # the rendezvous' key-value store
+        key, need = f"rltool/collected/{self._iterations + 1}", math.ceil(self.sync * self.world)
+        quarter, width = max(1, collector.T // 4), collector.B
+
+        def stop(n: int) -> bool:
+            _slow_hook(self.rank)
+            if n < quarter or (n * width) % self.split:
+                return False
+            return self._call(store.add, key, 0) >= need
+
+        batch = collector.collect(stop)
+        if batch.shape[0] == collector.T:
+            self._call(store.add, key, 1)
+        if self.writer and self._iterations >= 1:  # every rank is past the previous one's
+            store.delete_key(f"rltool/collected/{self._iterations}")
+        return batch
+
+    def frames(self, n: int) -> int:
+        self.samples = n
+        self._iterations += 1
+        _kill_hook(self.rank, self._iterations)
+        if self.world == 1:
+            return n
+        t = torch.tensor([n], dtype=torch.int64)
+        self._call(dist.all_reduce, t, group=self.cpu)
+        return int(t.item())
+
+    def grad_hook(self, params) -> None:
+        if self.world == 1:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device, torch.float32)
+        flat = torch.cat([flat * self.samples, flat.new_tensor([self.samples])])
+        self._call(dist.all_reduce, flat)  # one flat buffer: sum of n_r * g_r, and sum of n_r
+        flat = flat[:-1] / flat[-1]
+        offset = 0
+        for p, g in zip(params, grads, strict=True):
+            n = g.numel()
+            p.grad = flat[offset : offset + n].view_as(p).to(p.dtype)
+            offset += n
+
+    def merge_stats(self, env) -> None:
+        stats = running_stats(env)
+        if self.world == 1 or not stats:
+            return
+        pairs = zip(stats, self._base, strict=True)
+        local = np.concatenate([delta(_moments(s), b) for s, b in pairs])
+        t = torch.from_numpy(local)
+        rows = [torch.empty_like(t) for _ in range(self.world)]
+        self._call(dist.all_gather, rows, t, group=self.cpu)
+        offset = 0
+        for i, (s, base) in enumerate(zip(stats, self._base, strict=True)):
+            merged = base
+            for r in rows:  # in rank order: every rank computes the same numbers
+                merged = combine(merged, r.numpy()[offset : offset + len(base)])
+            offset += len(base)
+            _set_moments(s, merged)
+            self._base[i] = _moments(s)
+
+    def returns(self, returns: torch.Tensor) -> tuple[float, int]:
+        if self.world == 1:
+            return super().returns(returns)
+        t = torch.tensor([returns.sum().item(), returns.numel()], dtype=torch.float64)
+        self._call(dist.all_reduce, t, group=self.cpu)
+        return t[0].item(), int(t[1].item())
+
+    def any(self, flag: bool) -> bool:
+        if self.world == 1:
+            return flag
+        t = torch.tensor([int(flag)])
+        self._call(dist.all_reduce, t, op=dist.ReduceOp.MAX, group=self.cpu)
+        return bool(t.item())
+
+    def gather(self, obj) -> list | None:
+        if self.world == 1:
+            return [obj]
+        out = [None] * self.world if self.writer else None
+        self._call(dist.gather_object, obj, out, dst=0, group=self.cpu)
+        return out
+
+    def share(self, obj):
+        if self.world == 1:
+            return obj
+        box = [obj]
+        self._call(dist.broadcast_object_list, box, src=0, group=self.cpu)
+        return box[0]
+
+    def attach(self, run) -> None:
+        if self.world > 1:  # built from the same seed already; rank 0's copy is the reference
+            for t in [*run.policy.parameters(), *run.policy.buffers()]:
+                self._call(dist.broadcast, t.data, src=0)
+        stats = running_stats(run.env)
+        if run.cfg.resume is None:  # each rank's envs were reset: merge from the statistics' start
+            self._base = [_moments(type(s)(np.shape(s.mean))) for s in stats]
+            self.merge_stats(run.env)
+        else:  # loaded from the checkpoint: the same on every rank
+            self._base = [_moments(s) for s in stats]
+
+    def _call(self, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (RuntimeError, dist.DistError) as e:
+            first = str(e).strip().splitlines()[0][:120] if str(e).strip() else type(e).__name__
+            raise PeerLost(
+                f"rank {self.rank}: lost the other ranks during {fn.__name__} ({first}): a rank "
+                "died, or hung longer than distributed.timeout_s; the latest checkpoint is intact"
+            ) from None
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _kill_hook(rank: int, iteration: int) -> None:
+    """Test hook: ``RLTOOL_DIST_KILL=<rank>@<iteration>[:STOP]`` kills (or stops: a hang) that
+    rank as it starts that iteration's collectives."""
+    spec = os.environ.get("RLTOOL_DIST_KILL")
+    if spec:
+        where, _, how = spec.partition(":")
+        if where == f"{rank}@{iteration}":
+            os.kill(os.getpid(), signal.SIGSTOP if how == "STOP" else signal.SIGKILL)
+
+
+def _slow_hook(rank: int) -> None:
+    """Test hook: ``RLTOOL_DIST_SLOW=<rank>:<seconds>`` makes that rank a straggler (a pause
+    after each env step while ``distributed.sync_fraction`` is on)."""
+    spec = os.environ.get("RLTOOL_DIST_SLOW", "")
+    who, _, pause = spec.partition(":")
+    if who == str(rank):
+        time.sleep(float(pause))
+
+
+def backend_for(cfg, device: torch.device) -> str:
+    """gloo on CPU, NCCL when the policy (and so the gradients) live on CUDA."""
+    want = cfg.distributed.backend
+    if want == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if want == "nccl" and device.type != "cuda":
+        raise UserError(
+            "distributed.backend=nccl needs the policy on CUDA (collector.device=cuda): use "
+            "distributed.backend=gloo on CPU"
+        )
+    return want
+
+
+def join(cfg) -> Ranks:
+    """Joins the process group that torchrun / Slurm / rltool's launcher describe in the
+    environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT). On CUDA each rank takes
+    ``cuda:LOCAL_RANK`` (so ``collector.device=cuda`` means that one)."""
+    given = {k: getattr(cfg.collector, k) for k in DEVICE_KEYS}
+    device = resolve_devices(**given).policy or torch.device("cpu")
+    if not algos.get(cfg.loss.name).data_parallel and int(os.environ["WORLD_SIZE"]) > 1:
+        raise UserError(
+            f"loss={cfg.loss.name} runs on one process (start it without torchrun, or with "
+            f"--nproc-per-node=1); on several: {', '.join(algos.data_parallel())}"
+        )
+    if device.type == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        device = torch.device("cuda", torch.cuda.current_device())
+    backend = backend_for(cfg, device)
+    timeout = datetime.timedelta(seconds=cfg.distributed.timeout_s)
+    dist.init_process_group(backend, timeout=timeout)
+    group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
+    split = getattr(cfg.loss, "num_minibatches", 1)
+    return Ranks(group, device, cfg.distributed.sync_fraction, split)
