@@ -263,6 +263,12 @@ def test_bad_input_is_refused_before_any_rank_starts(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_cfg_job_shows_a_distributed_config_without_starting_ranks(tmp_path):
+    r = run_cli("train", "distributed.nproc_per_node=2", "--cfg", "job", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "nproc_per_node: 2" in r.stdout and list(tmp_path.iterdir()) == []
+
+
 def test_sigterm_to_the_launcher_checkpoints_and_exits_75(tmp_path):
     from conftest import start_cli
 

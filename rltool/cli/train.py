@@ -224,7 +224,8 @@ def train_cmd(argv: list[str]) -> int:
         return EXIT_OK
     args, tmp = resume_args(argv)
     rank = launch.worker_rank()
-    if rank is None and (n := launch.nproc(args)) > 1:
+    shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
+    if rank is None and not shows and (n := launch.nproc(args)) > 1:
         cleanup(tmp)
         return launch.launch(argv, n, shutdown_s=_shutdown_s(args))
     scratch = None
