@@ -11,6 +11,10 @@ the ratio of each pair is printed, and the last line is the median ratio as ``N.
 
     python scripts/bench_distributed.py                     # 3 pairs, 40,960 frames per rank
     python scripts/bench_distributed.py --pairs 1 --frames 4096 --envs 4   # a smoke test
+    python scripts/bench_distributed.py --ceiling   # and two plain runs side by side, per pair
+
+``--ceiling`` times what two processes get from the machine with no communication at all (two
+plain runs at once, their frames/s summed): the ratio two ranks can reach at best here.
 """
 
 from __future__ import annotations
@@ -58,16 +62,35 @@ def speed(run_dir: Path) -> float:
     return frames / (float(last["time_s"]) - float(first["time_s"]))
 
 
-def run(ranks: int, frames: int, envs: int, root: Path, n: int) -> float:
-    run_dir = root / f"ranks{ranks}-{n}"
+def start(ranks: int, frames: int, envs: int, run_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop("HYDRA_FULL_ERROR", None)
-    done = subprocess.run(
-        command(ranks, frames, envs, run_dir), env=env, capture_output=True, text=True
+    cmd = command(ranks, frames, envs, run_dir)
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
-    if done.returncode != 0:
-        raise SystemExit(f"{ranks} rank(s) failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def finish(proc: subprocess.Popen, what: str) -> None:
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed ({proc.returncode}): {err[-2000:]}")
+
+
+def run(ranks: int, frames: int, envs: int, root: Path, n: int) -> float:
+    run_dir = root / f"ranks{ranks}-{n}"
+    finish(start(ranks, frames, envs, run_dir), f"{ranks} rank(s)")
     return speed(run_dir)
+
+
+def side_by_side(frames: int, envs: int, root: Path, n: int) -> float:
+    """Two plain one-rank runs at once, no communication: their frames/s summed, the most two
+    processes get from this machine (shared caches, memory bandwidth, clock)."""
+    dirs = [root / f"pair{n}-{i}" for i in range(2)]
+    procs = [start(1, frames, envs, d) for d in dirs]
+    for p in procs:
+        finish(p, "side-by-side run")
+    return sum(speed(d) for d in dirs)
 
 
 def main() -> None:
@@ -75,14 +98,27 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--frames", type=int, default=40_960, help="frames per rank")
     parser.add_argument("--envs", type=int, default=8, help="envs per rank")
+    parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="also time two plain runs side by side: the machine's own limit for two processes",
+    )
     args = parser.parse_args()
-    ratios = []
+    ratios, ceilings = [], []
     with tempfile.TemporaryDirectory(prefix="bench-dist-") as tmp:
         for n in range(args.pairs):
             one = run(1, args.frames, args.envs, Path(tmp), n)
             two = run(2, args.frames, args.envs, Path(tmp), n)
             ratios.append(two / one)
-            print(f"pair {n}: 1 rank {one:,.0f} frames/s, 2 ranks {two:,.0f}: {two / one:.2f}x")
+            line = f"pair {n}: 1 rank {one:,.0f} frames/s, 2 ranks {two:,.0f}: {two / one:.2f}x"
+            if args.ceiling:
+                both = side_by_side(args.frames, args.envs, Path(tmp), n)
+                ceilings.append(both / one)
+                line += f"; two plain runs side by side {both:,.0f}: {both / one:.2f}x"
+            print(line, flush=True)
+    if ceilings:
+        ceiling = statistics.median(ceilings)
+        print(f"two plain runs side by side (the machine's ceiling): {ceiling:.2f}x")
     print(f"{statistics.median(ratios):.2f}x")
 
 
