@@ -53,8 +53,9 @@ class Solo:
         """Merges the env's running normalisation statistics across ranks."""
 
     def returns(self, returns: torch.Tensor) -> tuple[float, int]:
-        """(sum, count) of the episode returns of all ranks."""
-        return returns.sum().item(), returns.numel()
+        """(mean, count) of the episode returns of all ranks (mean nan when none ended)."""
+        n = returns.numel()
+        return (returns.mean().item() if n else float("nan")), n
 
     def any(self, flag: bool) -> bool:
         """Whether ``flag`` holds on any rank."""
@@ -219,7 +220,8 @@ class Ranks(Solo):
             return super().returns(returns)
         t = torch.tensor([returns.sum().item(), returns.numel()], dtype=torch.float64)
         self._call(dist.all_reduce, t, group=self.cpu)
-        return t[0].item(), int(t[1].item())
+        total, n = t[0].item(), int(t[1].item())
+        return (total / n if n else float("nan")), n
 
     def any(self, flag: bool) -> bool:
         if self.world == 1:

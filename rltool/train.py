@@ -153,14 +153,8 @@ def update(run: Run, batch, progress: float, frames: int) -> dict[str, float]:
 def episode_stats(batch, comm: Solo = SOLO) -> dict[str, float]:
     """The episodes that ended in ``batch`` (on every rank)."""
     done = batch[K.NEXT, K.DONE].reshape(-1)
-    returns = batch[K.NEXT, K.EPISODE_RETURN].reshape(-1)[done]
-    if comm.world > 1:
-        total, n = comm.returns(returns)
-        return {"train/return_mean": total / n if n else float("nan"), "train/episodes": n}
-    return {
-        "train/return_mean": returns.mean().item() if returns.numel() else float("nan"),
-        "train/episodes": int(done.sum()),
-    }
+    mean, n = comm.returns(batch[K.NEXT, K.EPISODE_RETURN].reshape(-1)[done])
+    return {"train/return_mean": mean, "train/episodes": n}
 
 
 def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
