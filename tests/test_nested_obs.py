@@ -16,6 +16,8 @@ from rltool.envs import make_env
 from rltool.errors import ConfigError
 from rltool.losses import PPOLoss, add_gae
 from rltool.modules import make_policy
+from rltool.modules.encoders import ImageEncoder
+from rltool.specs import IMAGE, Spec
 
 
 def nested_env(num_envs=2, **kwargs):
@@ -125,6 +127,28 @@ def test_cnn_lstm_first_epoch_ratio_is_one_on_a_rollout_with_resets(symbolic):
         torch.testing.assert_close(ev[K.SAMPLE_LOG_PROB], mb[K.SAMPLE_LOG_PROB], **tol)
         torch.testing.assert_close(ev[K.STATE_VALUE], mb[K.STATE_VALUE], **tol)
         assert loss(mb)["approx_kl"].abs() < 1e-6
+
+
+def test_symbolic_image_is_embedded_per_channel_as_an_embedding_lookup_would():
+    """The encoder picks rows with index_select (its faster backward); the features and the
+    table's gradient equal nn.functional.embedding's, channel c reading rows c * 256 + code."""
+    torch.manual_seed(0)
+    spec = Spec(kind=IMAGE, shape=(5, 5, 3), dtype=torch.uint8, layout="hwc", symbolic=True)
+    enc = ImageEncoder(spec, PolicyConfig(kind="lstm", cnn_features=8, embed_dim=4), "image")
+    x = torch.randint(0, 11, (2, 6, 5, 5, 3), dtype=torch.uint8)
+    out = enc(x)
+    out.square().sum().backward()
+    ours = enc.embed.weight.grad.clone()
+    enc.zero_grad()
+    codes = x.reshape(-1, 5, 5, 3).long() + torch.arange(3) * 256
+    e = torch.nn.functional.embedding(codes, enc.embed.weight)  # [N, H, W, C, E]
+    ref = enc.linear(enc.convs(e.flatten(-2).movedim(-1, 1))).reshape(2, 6, -1)
+    ref.square().sum().backward()
+    torch.testing.assert_close(out, ref, atol=0, rtol=0)
+    torch.testing.assert_close(ours, enc.embed.weight.grad, atol=1e-6, rtol=1e-6)
+    seen = ours.abs().sum(-1) > 0
+    for c in range(3):  # codes 0-10 drawn on each channel, in that channel's own rows
+        assert seen[c * 256 : c * 256 + 11].all() and not seen[c * 256 + 11 : (c + 1) * 256].any()
 
 
 def test_mlp_steps_sampler_keeps_entries_nested():
