@@ -76,6 +76,10 @@ def test_tuned_settings_apply_to_their_env_policy_loss_only():
     for kind, lam in (("lstm", 0.8), ("gru", 0.95)):  # tuned/cartpole_pomdp_<kind>_ppo.yaml
         loss = make_cfg("env=cartpole_pomdp", f"policy={kind}").loss
         assert (loss.gamma, loss.gae_lambda, loss.entropy_coef) == (0.99, lam, 0.01)
+    lstm = make_cfg("env=cartpole_pomdp", "policy=lstm")
+    for kind in ("mingru", "ffm"):  # the LSTM's recipe, through its file as a default
+        cfg = make_cfg("env=cartpole_pomdp", f"policy={kind}")
+        assert (cfg.loss, cfg.collector, cfg.optim) == (lstm.loss, lstm.collector, lstm.optim)
     mlp = make_cfg("env=cartpole_pomdp", "policy=mlp").loss
     assert (mlp.gamma, mlp.entropy_coef) == (0.98, 0.0)
     assert make_cfg("env=cartpole", "policy=lstm").loss.entropy_coef == 0.0
