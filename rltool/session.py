@@ -255,14 +255,18 @@ class Session:
         """Counts the iteration; writes a checkpoint when due, at the end of the budget or after
         a signal (then stops the run with exit code 75)."""
         c, every = self.counters, self.cfg.checkpoint.every_frames
-        if self.run.comm.any(self.stop_signal is not None) and self.stop_signal is None:
+        # decided once, by all ranks together: a signal landing after the vote waits for the next
+        # iteration's (read again below, it split the ranks: one in the checkpoint's gather, the
+        # other in the next update's all-reduce, until the timeout)
+        stop = self.run.comm.any(self.stop_signal is not None)
+        if stop and self.stop_signal is None:
             self.stop_signal = signal.SIGTERM  # another rank was told to stop: all stop here
         c.updates += 1
         c.episodes += int(row.get("train/episodes", 0))
         due = every is not None and c.frames // every > self.last_saved // every
-        if due or c.frames >= self.cfg.total_frames or self.stop_signal is not None:
+        if due or c.frames >= self.cfg.total_frames or stop:
             path = self.save()
-        if self.stop_signal is not None and c.frames < self.cfg.total_frames:
+        if stop and c.frames < self.cfg.total_frames:
             name = signal.Signals(self.stop_signal).name
             raise RunStopped(
                 f"stopped by {name} at {c.frames:,} frames; checkpoint {path or 'by rank 0'} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
 from types import SimpleNamespace
 
 import pytest
@@ -151,6 +152,32 @@ def test_a_non_finite_model_never_replaces_the_last_good_checkpoint(tmp_path):
     assert e.value.exit_code == EXIT_DIVERGED
     assert ckpt.latest(tmp_path / "checkpoints") == good
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == [good.name, "latest"]
+    run.collector.close()
+    run.eval_env.close()
+
+
+def test_a_signal_after_the_ranks_voted_waits_for_the_next_iteration(tmp_path):
+    """The ranks vote on stopping once per iteration; a signal that lands after the vote (here:
+    during it, once this rank's flag was read) must not stop this rank alone (the other ranks
+    go on to the next update's collectives): it stops the run at the next iteration."""
+    run = build(pendulum())
+    session = Session.start(run, tmp_path)
+    votes = []
+
+    def any_(flag):  # one rank's view: nobody had a signal when the flags were read
+        votes.append(flag)
+        if len(votes) == 1:
+            session.stop_signal = signal.SIGTERM  # ... and then this rank's arrives
+        return flag
+
+    run.comm.any = any_
+    session.counters.frames = 64
+    session.end_iteration({})
+    assert votes == [False] and not (tmp_path / "checkpoints").exists()
+    session.counters.frames = 128
+    with pytest.raises(RunStopped, match="stopped by SIGTERM at 128 frames"):
+        session.end_iteration({})
+    assert votes == [False, True] and ckpt.latest(tmp_path / "checkpoints").name.endswith("128.pt")
     run.collector.close()
     run.eval_env.close()
 
