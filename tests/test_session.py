@@ -156,7 +156,7 @@ def test_a_non_finite_model_never_replaces_the_last_good_checkpoint(tmp_path):
     run.eval_env.close()
 
 
-def test_a_signal_after_the_ranks_voted_waits_for_the_next_iteration(tmp_path):
+def test_a_signal_after_the_ranks_voted_waits_for_the_next_iteration(tmp_path, monkeypatch):
     """The ranks vote on stopping once per iteration; a signal that lands after the vote (here:
     during it, once this rank's flag was read) must not stop this rank alone (the other ranks
     go on to the next update's collectives): it stops the run at the next iteration."""
@@ -170,7 +170,7 @@ def test_a_signal_after_the_ranks_voted_waits_for_the_next_iteration(tmp_path):
             session.stop_signal = signal.SIGTERM  # ... and then this rank's arrives
         return flag
 
-    run.comm.any = any_
+    monkeypatch.setattr(run.comm, "any", any_)  # run.comm is the shared SOLO: restored after
     session.counters.frames = 64
     session.end_iteration({})
     assert votes == [False] and not (tmp_path / "checkpoints").exists()
