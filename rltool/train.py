@@ -87,14 +87,21 @@ def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:
     algo = spec.load()(cfg, env, policy, run_dir)
     own_seed = cfg.seed + comm.rank * cfg.env.num_envs
     collector = Collector(env, policy, cfg.collector.frames_per_batch, seed=own_seed, **devices)
-    # foreach: one kernel per op over all parameters, not a Python loop (CPU defaults to the loop)
-    optimizer = torch.optim.Adam(
-        policy.parameters(), lr=cfg.optim.lr, eps=cfg.optim.eps, foreach=True
-    )
+    optimizer = make_optimizer(cfg, policy)
     guard = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
     if comm.rank:
         seed_everything(own_seed)
     return Run(cfg, env, eval_env, policy, algo, collector, optimizer, guard, comm.grad_hook, comm)
+
+
+def make_optimizer(cfg: Config, policy: torch.nn.Module) -> torch.optim.Adam:
+    """Adam, fused where torch has the kernel (CPU, CUDA): a MiniGrid CNN + LSTM update's Adam
+    step is ~3x faster than foreach's, ~7% of its training time (README, Speed). The default on
+    CPU would be the per-tensor Python loop."""
+    params = list(policy.parameters())
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    mode = {"fused": True} if fused else {"foreach": True}
+    return torch.optim.Adam(params, lr=cfg.optim.lr, eps=cfg.optim.eps, **mode)
 
 
 def gradient_step(run: Run, terms) -> None:

@@ -1,7 +1,10 @@
-"""The training loop: same seed, same numbers; a user env from the working directory."""
+"""The training loop: same seed, same numbers; a user env from the working directory; the
+optimizer."""
 
+import copy
 import textwrap
 
+import torch
 from conftest import make_cfg, metric_rows, run_cli
 
 from rltool.train import train
@@ -105,3 +108,35 @@ def test_target_kl_stops_the_epochs_once_the_policy_has_moved(tmp_path):
     assert [r["approx_kl"] for r in kl] != [r["approx_kl"] for r in one]  # it saw a 2nd epoch
     assert [r["train/return_mean"] for r in kl] == [r["train/return_mean"] for r in one]
     assert [r["eval/return_mean"] for r in kl] == [r["eval/return_mean"] for r in one]
+
+
+def test_the_fused_adam_takes_a_foreach_checkpoint_and_steps_as_foreach_does():
+    """Run folders checkpointed with the foreach Adam resume into the fused one: the state loads
+    and the next steps agree with foreach's to float32 rounding (the two kernels differ in the
+    last bit, not in the algorithm)."""
+    from rltool.train import make_optimizer
+
+    cfg = make_cfg("env=cartpole", "optim.lr=0.01")
+    torch.manual_seed(0)
+    nets = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))]
+    nets.append(copy.deepcopy(nets[0]))
+    old = torch.optim.Adam(nets[0].parameters(), lr=0.01, eps=cfg.optim.eps, foreach=True)
+    x = torch.randn(32, 4)
+
+    def step(net, opt):
+        opt.zero_grad()
+        net(x).square().mean().backward()
+        opt.step()
+
+    for _ in range(3):
+        step(nets[0], old)
+    nets[1].load_state_dict(nets[0].state_dict())
+    fused = make_optimizer(cfg, nets[1])
+    assert fused.defaults["fused"]
+    fused.load_state_dict(copy.deepcopy(old.state_dict()))  # as from a file: no shared tensors
+    for _ in range(20):
+        step(nets[0], old)
+        step(nets[1], fused)
+    assert int(fused.state_dict()["state"][0]["step"]) == 23
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
