@@ -4,12 +4,14 @@ that its episodes start fresh (POPGym envs cannot save their state)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import make_cfg, metric_rows
 
 from rltool.cli import main
-from rltool.config import EnvConfig
+from rltool.config import EnvConfig, conf_dir
 from rltool.envs import factory
 from rltool.envs.factory import resolve_id
 from rltool.errors import ConfigError
@@ -54,7 +56,9 @@ def test_an_unknown_task_lists_some_names():
         resolve_id(EnvConfig(id="Nope", suite="popgym"))
 
 
-@pytest.mark.parametrize("policy", ["mlp", "lstm", "gru"])
+@pytest.mark.parametrize(
+    "policy", sorted(p.stem for p in (Path(conf_dir()) / "policy").glob("*.yaml"))
+)
 def test_popgym_feeds_the_previous_action_to_every_policy(policy):
     cfg = make_cfg("env=popgym", f"policy={policy}")
     assert list(cfg.policy.inputs) == ["observation", "prev_action"]
