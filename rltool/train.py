@@ -95,11 +95,10 @@ def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:
 
 
 def make_optimizer(cfg: Config, policy: torch.nn.Module) -> torch.optim.Adam:
-    """Adam, fused where torch has the kernel (CPU, CUDA): a MiniGrid CNN + LSTM update's Adam
-    step is ~3x faster than foreach's, ~7% of its training time (README, Speed). The default on
-    CPU would be the per-tensor Python loop."""
+    """Adam with one kernel per op over all parameters (foreach; CPU's default is a per-tensor
+    Python loop), or the fused kernel with ``optim.fused`` where torch has it (CPU, CUDA)."""
     params = list(policy.parameters())
-    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    fused = cfg.optim.fused and all(p.device.type in ("cpu", "cuda") for p in params)
     mode = {"fused": True} if fused else {"foreach": True}
     return torch.optim.Adam(params, lr=cfg.optim.lr, eps=cfg.optim.eps, **mode)
 

@@ -34,11 +34,13 @@ from rltool.envs.factory import ATARI, resolve_id
 from rltool.modules import make_policy
 
 IMAGE_CASES = {"minigrid": "env=minigrid", "atari": "env=atari"}
+SB3, FUSED = "sb3-contrib RecurrentPPO", "rltool, optim.fused=true"
 
 
-def rltool_config(case: str, seed: int, frames: int):
+def rltool_config(case: str, seed: int, frames: int, extra: tuple[str, ...] = ()):
     register_configs()
     overrides = [
+        *extra,
         IMAGE_CASES[case],
         "policy=lstm",
         f"seed={seed}",
@@ -184,14 +186,18 @@ def main(a) -> None:
         fps, final, params = run_rltool(cfg)
         print(f"rltool seed {seed}: {fps:,.0f} frames/CPU-s, final eval {final:.2f}", flush=True)
         row = {"rltool": (fps, params)}
+        if a.fused:  # the same run with Adam's fused kernel (optim.fused, off by default)
+            fused, _, _ = run_rltool(rltool_config(a.case, seed, a.frames, ("optim.fused=true",)))
+            print(f"rltool seed {seed}, optim.fused=true: {fused:,.0f} frames/CPU-s", flush=True)
+            row[FUSED] = (fused, params)
         if not a.no_sb3:
             try:
-                row["sb3-contrib RecurrentPPO"] = run_sb3(a.case, cfg)
+                row[SB3] = run_sb3(a.case, cfg)
             except ImportError as e:
                 print(f"sb3-contrib reference skipped: {e} (pip install -e '.[bench]')")
                 a.no_sb3 = True
             else:
-                print(f"sb3    seed {seed}: {row['sb3-contrib RecurrentPPO'][0]:,.0f} frames/CPU-s")
+                print(f"sb3    seed {seed}: {row[SB3][0]:,.0f} frames/CPU-s")
         rows.append(row)
     print(
         f"\ncase {a.case}: {resolve_id(cfg.env)}, policy=lstm, {a.frames:,} frames, {a.seeds} "
@@ -206,6 +212,6 @@ def main(a) -> None:
         fps = float(np.median([r[name][0] for r in rows]))
         medians[name] = fps
         print(f"| {name:<26} | {rows[0][name][1]:>10,} | {fps:>27,.0f} |")
-    if len(medians) == 2:
-        ours, theirs = medians.values()
-        print(f"\nratio rltool / sb3-contrib: {ours / theirs:.2f}x frames per CPU-second")
+    theirs = medians.get(SB3)
+    for name in (n for n in medians if theirs and n != SB3):
+        print(f"\nratio {name} / sb3-contrib: {medians[name] / theirs:.2f}x frames per CPU-second")

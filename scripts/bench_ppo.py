@@ -12,6 +12,7 @@ Training frames/s excludes evaluation time. frames-to-threshold is the first eva
     python scripts/bench_ppo.py --case mlp --seeds 5
     python scripts/bench_ppo.py --case lstm --seeds 3 --frames 100000
     python scripts/bench_ppo.py --case lstm --seeds 3 --side-by-side   # both at once, 2 cores
+    python scripts/bench_ppo.py --case minigrid --seeds 3 --frames 8192 --fused   # + fused Adam
 """
 
 from __future__ import annotations
@@ -357,6 +358,11 @@ def main():
         action="store_true",
         help="run SB3 and rltool at once, one core each, swapping cores every 5 s (rltool\n"
         "repeats a seed until SB3 ends): both timed under the same load; needs 2 cores and SB3",
+    )
+    p.add_argument(
+        "--fused",
+        action="store_true",
+        help="image cases: also time rltool with optim.fused=true (Adam's fused kernel)",
     )
     a = p.parse_args()
     if a.case in ("minigrid", "atari"):  # image observations: scripts/bench_images.py

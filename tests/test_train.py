@@ -111,12 +111,13 @@ def test_target_kl_stops_the_epochs_once_the_policy_has_moved(tmp_path):
 
 
 def test_the_fused_adam_takes_a_foreach_checkpoint_and_steps_as_foreach_does():
-    """Run folders checkpointed with the foreach Adam resume into the fused one: the state loads
-    and the next steps agree with foreach's to float32 rounding (the two kernels differ in the
-    last bit, not in the algorithm)."""
+    """optim.fused=true resumes a run checkpointed with the foreach Adam (the default): the state
+    loads and the next steps agree with foreach's to float32 rounding (the two kernels differ in
+    the last bit, not in the algorithm)."""
     from rltool.train import make_optimizer
 
-    cfg = make_cfg("env=cartpole", "optim.lr=0.01")
+    cfg = make_cfg("env=cartpole", "optim.lr=0.01", "optim.fused=true")
+    assert make_optimizer(make_cfg("env=cartpole"), torch.nn.Linear(2, 2)).defaults["foreach"]
     torch.manual_seed(0)
     nets = [torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))]
     nets.append(copy.deepcopy(nets[0]))
