@@ -110,6 +110,9 @@ class PolicyConfig:
     memory_window: int = 16
     num_heads: int = 4
     gated: bool = True
+    # gru on CPU when training: torch's GRU (default) or rltool's (modules/gru_kernel.py, ~1.6x
+    # the fwd+bwd; the same maths, different last-bit rounding, so a seed's run differs)
+    gru_kernel: str = "torch"  # torch | rltool
 
     def __post_init__(self):
         check_choice("policy.kind", self.kind, ("mlp", "lstm", "gru", "mingru", "ffm", "trxl"))
@@ -125,6 +128,7 @@ class PolicyConfig:
             "observation" in self.inputs, "policy.inputs", self.inputs, "must include observation"
         )
         check_choice("policy.cnn", self.cnn, ("auto", "small", "nature"))
+        check_choice("policy.gru_kernel", self.gru_kernel, ("torch", "rltool"))
         check(self.cnn_features >= 1, "policy.cnn_features", self.cnn_features, "must be >= 1")
         check(self.embed_dim >= 1, "policy.embed_dim", self.embed_dim, "must be >= 1")
         self._check_memory()

@@ -19,7 +19,9 @@ With ``--variants``, other ways to run the loss path, each checked against the L
 temporal mode beside the LSTM's and ``nn.LSTM``, T = 128 / 512 / 2048, B = 16, hidden 64 / 256,
 2% / 10% resets, and prints their stored state bytes per step.
 ``--cell gru`` times GRUModule the same way (GRUCell loop, nn.GRU). torch has no oneDNN GRU kernel
-on the CPU: its GRU runs the cell's ops step by step, so fwd+bwd costs ~3-4x the LSTM's.
+on the CPU: its GRU runs the cell's ops step by step, so fwd+bwd costs ~3-4x the LSTM's. The first
+row is the loss path on rltool's own kernel (``policy.gru_kernel=rltool``, checked the same way),
+and a second table times that kernel against ``torch.gru`` on whole sequences of three shapes.
 "forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
 Reported: median ms per call, and the ratio to the lower bound of the same column.
 """
@@ -35,6 +37,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from rltool.modules.ffm import FFMModule
+from rltool.modules.gru_kernel import gru_sequence
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.recurrent import GRUModule, LSTMModule, _Lanes, recurrent_mode
 from rltool.modules.trxl import TrXLModule
@@ -121,6 +124,43 @@ def with_cost(module: LSTMModule, call_cost: float, x, states, is_init):
             module.call_cost = saved
 
     return f
+
+
+def with_kernel(module: GRUModule, x, states, is_init):
+    """The loss path on rltool's CPU GRU kernel (``policy.gru_kernel=rltool``)."""
+
+    def f():
+        saved, module.kernel = module.kernel, "rltool"
+        try:
+            with recurrent_mode("temporal"):
+                return module.run(x, states, is_init.clone(), time_dim=True, need_states=False)[0]
+        finally:
+            module.kernel = saved
+
+    return f
+
+
+def gru_kernels(reps: int) -> None:
+    """rltool's GRU kernel against torch.gru on whole sequences (no resets), forward + backward."""
+    print(
+        "\n| [T, N], hidden 64, fwd+bwd | rltool kernel | torch.gru | speed-up |\n|---|---|---|---|"
+    )
+    for steps, n in [(32, 8), (128, 16), (256, 8)]:
+        torch.manual_seed(0)
+        layer = nn.GRU(H, H)
+        w = (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)
+        x, h0 = torch.randn(steps, n, H, requires_grad=True), torch.zeros(1, n, H)
+        fns = {
+            "rltool": lambda x=x, h0=h0, w=w: gru_sequence(x, h0, *w)[0],
+            "torch": lambda x=x, h0=h0, w=w: torch.gru(x, h0, w, True, 1, 0.0, True, False, False)[
+                0
+            ],
+        }
+        ms = timeit(fns, True, reps)
+        print(
+            f"| [{steps}, {n}] | {ms['rltool']:.2f} ms | {ms['torch']:.2f} ms | "
+            f"{ms['torch'] / ms['rltool']:.1f}x |"
+        )
 
 
 def packed(lstm: nn.LSTM, x, states, is_init):
@@ -217,6 +257,11 @@ def main():
             f"temporal == sequential loop (max rel. diff {err:.1e})"
         )
         fns = variants(module, x, states, is_init)
+        if args.cell == "gru":
+            module.kernel = "rltool"
+            check(module, x, states, is_init)
+            module.kernel = "torch"
+            fns = {"temporal, gru_kernel=rltool": with_kernel(module, x, states, is_init), **fns}
         if args.variants:
             fns.update(extra_variants(module, x, states, is_init, fns[f"{kind}Cell loop"]))
         for backward in (False, True):
@@ -230,6 +275,8 @@ def main():
     for name, r in rows.items():
         cells = "".join(f"{f'{r[c]:.2f} ({r[c] / lower[c]:.1f}x)':>18}" for c in cols)
         print(f"{name:<{width}}{cells}")
+    if args.cell == "gru":
+        gru_kernels(args.reps)
     print(f"\ntorch {torch.__version__}, threads {torch.get_num_threads()}, median of {args.reps}")
 
 

@@ -11,7 +11,17 @@ from rltool.modules.recurrent import GRUModule, LSTMModule, _chunk_bounds, recur
 
 T, LEAD, F, H = 12, (2, 4), 3, 5
 TOL = dict(rtol=0, atol=1e-8)
-MODULES = [LSTMModule, GRUModule]
+
+
+class KernelGRU(GRUModule):
+    """GRUModule on rltool's own CPU kernel (``policy.gru_kernel=rltool``): every test below
+    holds it to the same per-episode GRUCell reference."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, kernel="rltool", **kwargs)
+
+
+MODULES = [LSTMModule, GRUModule, KernelGRU]
 
 
 def init_pattern(seed: int, t: int = T, lead=LEAD) -> torch.Tensor:

@@ -33,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rltool import keys as K
+from rltool.modules.gru_kernel import gru_sequence
 from rltool.scan import linear_scan
 from rltool.specs import Spec
 
@@ -360,8 +361,19 @@ class GRUModule(RecurrentModule):
     rnn_cls = nn.GRU
     default_state_keys = (K.RECURRENT_STATE_H,)
 
+    def __init__(self, *args, kernel: str = "torch", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.kernel = kernel  # "rltool": gru_kernel.py's sequence on CPU (config policy.gru_kernel)
+
+    @staticmethod
+    def config_kwargs(cfg) -> dict:
+        return {"kernel": cfg.gru_kernel}
+
     def _call(self, layer, x, state):
-        y, h = torch.gru(x, state[0], _weights(layer), True, 1, 0.0, self.training, False, False)
+        if self.kernel == "rltool" and x.device.type == "cpu":
+            y, h = gru_sequence(x, state[0], *_weights(layer))
+        else:
+            y, h = torch.gru(x, state[0], _weights(layer), True, 1, 0.0, False, False, False)
         return y, (h,)
 
     def _cell(self, layer, x, state):
