@@ -183,6 +183,79 @@ def test_a_killed_study_resumes_to_exactly_n_trials(tmp_path, capsys):
         assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
 
 
+def test_parallel_trials_overlap_and_the_study_ends_with_n(tmp_path, capsys, monkeypatch):
+    """parallel=2: each trial's sweep in its own process, two at a time, all told."""
+    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)  # the trials' processes import fake_envs
+    study = tmp_path / "study"
+    args = ["tune", *TINY, f"search={float_space(tmp_path)}", "trials=3", "parallel=2"]
+    args += ["pruner=none", f"study={study}"]
+    assert main(args) == 0
+    trials = load(study).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    # trial 1 was asked for before trial 0 was told: they ran at once (one at a time, never)
+    assert trials[1].datetime_start < trials[0].datetime_complete
+    for t in trials:
+        job = st.trial_dir(study, t.number) / "0"
+        status = json.loads((job / "status.json").read_text())
+        assert status["status"] == "done" and status["pid"] != os.getpid()
+        assert f"++{KEY}={t.params[KEY]!r}" in status["overrides"]
+        assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
+        assert (study / "logs" / f"trial-{t.number:04d}.log").stat().st_size > 0
+    assert "trial 2: started" in capsys.readouterr().out
+
+
+def _wait_gone(pids: list[int], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            assert time.monotonic() < deadline, f"process {pid} still runs"
+            time.sleep(0.05)
+
+
+@pytest.mark.filterwarnings("ignore:env fake_envs")  # one-step episodes: no exact resume
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_signal_stops_parallel_trials_at_a_checkpoint_and_a_rerun_ends_with_n(
+    tmp_path, capsys, monkeypatch, sig
+):
+    """SIGTERM to the tune process: passed on once, the trials checkpoint, exit 75. SIGKILL: the
+    kernel sends the trials SIGTERM (PR_SET_PDEATHSIG), the same checkpoints."""
+    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)
+    study = tmp_path / "study"
+    longer = [a for a in TINY if not a.startswith(("total_frames", "eval.every"))]
+    args = ["tune", *longer, "total_frames=8192", "eval.every_frames=2048"]
+    args += ["checkpoint.every_frames=256", f"search={float_space(tmp_path)}", "trials=3"]
+    args += ["parallel=2", "pruner=none", f"study={study}"]
+    proc = start_cli(*args, cwd=tmp_path)
+    latest = [st.trial_dir(study, n) / "0" / "checkpoints" / "latest" for n in (0, 1)]
+    deadline = time.monotonic() + 200
+    while not all(p.exists() for p in latest) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    jobs = [st.trial_dir(study, n) / "0" for n in (0, 1)]
+    proc.send_signal(sig)  # to the tune process only (SIGTERM: it passes it on, once)
+    out, err = proc.communicate(timeout=120)
+    _wait_gone([json.loads((j / "status.json").read_text())["pid"] for j in jobs])
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 75, err
+        assert "run the same rltool tune command again" in err.strip().splitlines()[-1]
+    assert [t.state.name for t in load(study).trials] == ["RUNNING"] * 2
+    for n, job in enumerate(jobs):  # each stopped at a checkpoint of its own, not killed
+        assert json.loads((job / "status.json").read_text())["status"] == "interrupted"
+        assert "writing a checkpoint" in (study / "logs" / f"trial-{n:04d}.log").read_text()
+
+    assert main(args) == 0
+    assert "trial 0: continuing" in capsys.readouterr().out
+    assert "resuming" in (study / "logs" / "trial-0000.log").read_text()
+    trials = load(study).trials
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for t in trials:
+        assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
+
+
 def test_a_failed_trial_is_recorded_and_the_exit_status_says_so(tmp_path, capsys):
     study = tmp_path / "study"
     # 32 frames do not split over 3 envs: the job fails its config check, the trial fails

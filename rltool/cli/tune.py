@@ -5,14 +5,16 @@ population of seeds.
 Each trial's sampled values join the command's overrides and run as a sweep of ``rltool train
 -m`` on the search seeds 200, 201, ... (``<study>/trial-<n>/<k>/``: the same composition,
 checks, status files, locks and resume as any sweep; ``hydra/launcher=joblib`` runs the seeds in
-parallel). The trial's value is the objective's statistic of its seeds' final evals
-(:mod:`rltool.tune.objective`). One ``rltool tune`` process works on a study at a time: it holds
-the study folder's lock, and a second one is refused with one line. Run the same command again
-after a kill: trials left running resume from their checkpoints (done jobs are skipped), and the
-study ends with ``trials`` finished trials (completed, pruned or failed), never one twice.
-``confirm=<n>`` runs trial n's settings on the held-out population (seeds 100-119);
-``export=<file>`` writes the best trial's values as a ``conf/tuned/`` file. Exit status 1 when a
-trial failed (a job of its sweep failed: recorded, the search goes on), as ``rltool train -m``.
+parallel). ``parallel=P`` runs P trials at once, each sweep in its own process (tune/pool.py;
+Optuna's TPE then counts running trials as bad, ``constant_liar``, so they spread out). The
+trial's value is the objective's statistic of its seeds' final evals (rltool.tune.objective).
+One ``rltool tune`` process works on a study at a time: it holds the study folder's lock, and a
+second one is refused with one line. Run the same command again after a kill: trials left
+running resume from their checkpoints (done jobs are skipped), and the study ends with
+``trials`` finished trials (completed, pruned or failed), never one twice. ``confirm=<n>`` runs
+trial n's settings on the held-out population (seeds 100-119); ``export=<file>`` writes the best
+trial's values as a ``conf/tuned/`` file. Exit status 1 when a trial failed (a job of its sweep
+failed: recorded, the search goes on), as ``rltool train -m``.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rltool.tune.objective import Objective
 USAGE = (
     "usage: rltool tune <overrides> search=<space> trials=N [seeds=K] [objective=mean|min|p10|"
     "median|max|count@G] [study=<dir>] [pruner=median|halving|none] [pruner_startup=5] "
-    "[sampler_seed=0] [random_trials=10] [confirm=<trial>] [export=<file.yaml>]"
+    "[sampler_seed=0] [random_trials=10] [parallel=1] [confirm=<trial>] [export=<file.yaml>]"
 )
 
 
@@ -52,12 +54,15 @@ class Options:
     random_trials: int = 10  # TPE samples at random this many trials before it models them
     confirm: int | None = None
     export: str | None = None
+    parallel: int = 1  # trials at once, each in its own process (tune/pool.py)
 
     def validate(self) -> None:
         if self.search is None:
             raise UserError(f"rltool tune needs search=<space>: one of {', '.join(sp.options())}")
         if self.confirm is None and self.trials < 1:
             raise UserError(f"trials={self.trials} is invalid: run at least 1 trial (trials=N)")
+        if self.parallel < 1:
+            raise UserError(f"parallel={self.parallel} is invalid: run at least 1 trial at once")
         if not 1 <= self.seeds <= st.MAX_SEEDS:
             raise UserError(f"seeds={self.seeds} is invalid: give 1 to {st.MAX_SEEDS} seeds")
         if self.pruner not in st.PRUNERS:

@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from rltool.cli.train import train_cmd
-from rltool.errors import RunStopped, UserError
+from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError
 from rltool.results import find_runs, group_runs
 from rltool.tables import format_table, rows
 from rltool.tune import space as sp
 from rltool.tune import study as st
+from rltool.tune.pool import Pool
 
 CALLBACK = "hydra.callbacks.tune_report"
 
@@ -27,23 +29,75 @@ class Runner:
     # ---- the search ----
     def search(self) -> None:
         """Trials left running by a killed command first (resumed), then new ones until
-        ``trials`` have finished."""
+        ``trials`` have finished; ``parallel`` of them at once."""
+        if self.opts.parallel > 1:
+            self._search_parallel()
+        else:
+            for number, trial_id, values in self._left_running():
+                self._run(number, trial_id, values)
+            while self._finished() < self.opts.trials:
+                self._run(*self._ask())
+        print(
+            f"rltool tune: study {self.folder}: {self._counts()}; {st.best_line(self.study)}; "
+            f"next: rltool report {self.folder} | rltool plot {self.folder}"
+        )
+
+    def _left_running(self) -> list[tuple[int, int, dict]]:
+        """(number, trial id, values) of the trials a killed command left running."""
         from optuna.trial import Trial, TrialState
 
+        out = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             print(f"rltool tune: trial {t.number}: continuing (left unfinished)")
             # sampling again returns the stored values (and draws any a kill left unsampled);
             # optuna has no public handle on a stored trial's id
             trial = Trial(self.study, t._trial_id)
-            self._run(t.number, t._trial_id, sp.sample(self.space, trial, self.dcfg))
-        while self._finished() < self.opts.trials:
-            trial = self.study.ask()
-            values = sp.sample(self.space, trial, self.dcfg)
-            self._run(trial.number, trial._trial_id, values)
-        print(
-            f"rltool tune: study {self.folder}: {self._counts()}; {st.best_line(self.study)}; "
-            f"next: rltool report {self.folder} | rltool plot {self.folder}"
-        )
+            out.append((t.number, t._trial_id, sp.sample(self.space, trial, self.dcfg)))
+        return out
+
+    def _ask(self) -> tuple[int, int, dict]:
+        trial = self.study.ask()
+        return trial.number, trial._trial_id, sp.sample(self.space, trial, self.dcfg)
+
+    def _search_parallel(self) -> None:
+        """Up to ``parallel`` trials at once, each a ``rltool train -m`` process (tune/pool.py)."""
+        queue, values = self._left_running(), {}
+        with Pool(self.folder / "logs") as pool:
+            while True:
+                while len(pool.procs) < self.opts.parallel and pool.stop_signal is None:
+                    if queue:
+                        number, trial_id, values[number] = queue.pop(0)
+                    elif self._finished() + len(pool.procs) < self.opts.trials:
+                        number, trial_id, values[number] = self._ask()
+                    else:
+                        break
+                    if self._outcome(number)[0] is None:
+                        argv = self._sweep_argv(
+                            st.trial_dir(self.folder, number),
+                            st.search_seeds(self.opts.seeds),
+                            values[number],
+                            self._callback(trial_id),
+                        )
+                        pool.start(number, ["train", *argv])
+                        print(f"rltool tune: trial {number}: started (log: {pool.log(number)})")
+                    else:  # it ended before a kill let the last command tell it
+                        self._tell(number, values[number])
+                if not pool.procs:
+                    break
+                number, code = pool.wait_any()
+                if self._outcome(number)[0] is not None:
+                    self._tell(number, values[number])
+                elif pool.stop_signal is None and code != EXIT_PREEMPTED:
+                    raise UserError(
+                        f"trial {number}: {pool.last_line(number) or f'exit status {code}'} "
+                        f"(log: {pool.log(number)})"
+                    )
+        if pool.stop_signal is not None:
+            raise RunStopped(
+                f"stopped ({signal.Signals(pool.stop_signal).name}), the running trials "
+                "checkpointed: run the same rltool tune command again to continue the study",
+                EXIT_PREEMPTED,
+            )
 
     def _finished(self) -> int:
         return sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
@@ -58,17 +112,19 @@ class Runner:
         """The sampled values as overrides, in the space's order (the same text on a resume)."""
         return sp.overrides({k: params[k] for k in self.space.params if k in params}, self.added)
 
+    def _sweep_argv(self, folder: Path, seeds: list[int], values: dict, extra: list[str]):
+        """``rltool train`` arguments of a sweep of ``values`` over ``seeds`` into ``folder``."""
+        return [
+            "-m",
+            *self.overrides,
+            *self.trial_overrides(values),
+            f"seed={','.join(map(str, seeds))}",
+            f"hydra.sweep.dir={folder.resolve()}",
+            *extra,
+        ]
+
     def _sweep(self, folder: Path, seeds: list[int], values: dict, extra: list[str]) -> None:
-        train_cmd(
-            [
-                "-m",
-                *self.overrides,
-                *self.trial_overrides(values),
-                f"seed={','.join(map(str, seeds))}",
-                f"hydra.sweep.dir={folder.resolve()}",
-                *extra,
-            ]
-        )
+        train_cmd(self._sweep_argv(folder, seeds, values, extra))
 
     def _callback(self, trial_id: int) -> list[str]:
         if self.opts.pruner == "none":
@@ -84,11 +140,9 @@ class Runner:
         return [f"+{CALLBACK}.{k}={v}" for k, v in fields.items()]
 
     def _run(self, number: int, trial_id: int, values: dict) -> None:
-        from optuna.trial import TrialState
-
+        """Trial ``number``'s sweep in this process, then told."""
         folder = st.trial_dir(self.folder, number)
-        state, value, why = st.outcome(folder, self.opts.seeds, self.objective)
-        if state is None:  # not run, or left unfinished: the sweep resumes or skips its jobs
+        if self._outcome(number)[0] is None:  # not run, or left unfinished: resumed or skipped
             seeds = st.search_seeds(self.opts.seeds)
             try:
                 self._sweep(folder, seeds, values, self._callback(trial_id))
@@ -98,7 +152,16 @@ class Runner:
                     "command again to continue the study",
                     e.exit_code,
                 ) from None
-            state, value, why = st.outcome(folder, self.opts.seeds, self.objective)
+        self._tell(number, values)
+
+    def _outcome(self, number: int):
+        return st.outcome(st.trial_dir(self.folder, number), self.opts.seeds, self.objective)
+
+    def _tell(self, number: int, values: dict) -> None:
+        """Tells the study how trial ``number`` ended, from its jobs' status files."""
+        from optuna.trial import TrialState
+
+        state, value, why = self._outcome(number)
         shown = " ".join(self.trial_overrides(values))
         if state == st.DONE:
             self.study.tell(number, value)

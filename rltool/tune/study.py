@@ -100,7 +100,7 @@ def make_pruner(name: str, startup: int):
 
 def open_study(study: Path, opts):
     """The study in ``study``'s storage (created when new), maximising the objective; ``opts``:
-    the command's pruner, pruner_startup, sampler_seed and random_trials."""
+    the command's pruner, pruner_startup, sampler_seed, random_trials and parallel."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -113,7 +113,9 @@ def open_study(study: Path, opts):
     )
     # seeded by the trials so far: a resumed search does not draw the same values again
     s.sampler = optuna.samplers.TPESampler(
-        n_startup_trials=opts.random_trials, seed=opts.sampler_seed + len(s.trials)
+        n_startup_trials=opts.random_trials,
+        seed=opts.sampler_seed + len(s.trials),
+        constant_liar=opts.parallel > 1,  # trials at once: don't all sample the same region
     )
     return s
 
