@@ -204,6 +204,29 @@ def test_parallel_trials_overlap_and_the_study_ends_with_n(tmp_path, capsys, mon
     assert "trial 2: started" in capsys.readouterr().out
 
 
+def test_a_trial_process_that_ends_without_a_result_stops_the_search_with_its_line(
+    tmp_path, capsys, monkeypatch
+):
+    """A trial's process that exits (not stopped) before its jobs wrote a status: one line, the
+    trial's last output line and its log, exit 2; the trial stays running for a rerun."""
+    from rltool.tune import pool
+
+    def broken(self, number, argv):
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with open(self.log(number), "a") as out:
+            code = "print('progress'); print('rltool train: error: disk full'); raise SystemExit(2)"
+            self.procs[number] = subprocess.Popen([sys.executable, "-c", code], stdout=out)
+
+    monkeypatch.setattr(pool.Pool, "start", broken)
+    study = tmp_path / "study"
+    args = ["tune", *TINY, f"search={float_space(tmp_path)}", "trials=2", "parallel=2"]
+    assert main([*args, "pruner=none", f"study={study}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "trial " in err[0] and "rltool train: error: disk full" in err[0]
+    assert "(log: " in err[0] and "trial-000" in err[0]
+    assert {t.state.name for t in load(study).trials} == {"RUNNING"}
+
+
 def _wait_gone(pids: list[int], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     for pid in pids:
