@@ -110,8 +110,8 @@ class PolicyConfig:
     memory_window: int = 16
     num_heads: int = 4
     gated: bool = True
-    # gru on CPU when training: torch's GRU (default) or rltool's (modules/gru_kernel.py, ~1.6x
-    # the fwd+bwd; the same maths, different last-bit rounding, so a seed's run differs)
+    # gru on CPU when training: torch's GRU (default) or rltool's (modules/gru_kernel.py, ~2x the
+    # fwd+bwd; the same maths, different last-bit rounding, so a seed's run differs)
     gru_kernel: str = "torch"  # torch | rltool
 
     def __post_init__(self):
