@@ -19,6 +19,7 @@ CASES = [
     ("lstm", True, {}),
     ("gru", False, {}),
     ("gru", True, {}),
+    ("gru", True, {"gru_kernel": "rltool"}),  # the loss on rltool's kernel, acting on torch's
     ("lstm", False, {"num_layers": 2}),
     ("gru", False, {"recurrent_mode": "sequential"}),  # the loss runs the step loop
     ("sum", False, {}),  # a user's memory module
