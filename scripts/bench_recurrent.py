@@ -114,28 +114,18 @@ def variants(module: LSTMModule | GRUModule, x, states, is_init):
     }
 
 
-def with_cost(module: LSTMModule, call_cost: float, x, states, is_init):
-    def f():
-        saved, module.call_cost = module.call_cost, call_cost
-        try:
-            with recurrent_mode("temporal"):  # a new is_init: lanes built each call
-                return module.run(x, states, is_init.clone(), time_dim=True, need_states=False)[0]
-        finally:
-            module.call_cost = saved
-
-    return f
-
-
-def with_kernel(module: GRUModule, x, states, is_init):
-    """The loss path on rltool's CPU GRU kernel (``policy.gru_kernel=rltool``)."""
+def with_setting(module, name: str, value, x, states, is_init):
+    """The temporal loss path with ``module.<name>`` set to ``value`` for the call (a new
+    is_init each call: lanes built every time)."""
 
     def f():
-        saved, module.kernel = module.kernel, "rltool"
+        saved = getattr(module, name)
+        setattr(module, name, value)
         try:
             with recurrent_mode("temporal"):
                 return module.run(x, states, is_init.clone(), time_dim=True, need_states=False)[0]
         finally:
-            module.kernel = saved
+            setattr(module, name, saved)
 
     return f
 
@@ -197,8 +187,8 @@ def extra_variants(module: LSTMModule, x, states, is_init, reference):
     """The other strategies, each checked against ``reference`` (the LSTMCell loop)."""
     lstm = module.layers[0]
     fns = {
-        "  one padded call": with_cost(module, 1e12, x, states, is_init),
-        "  chunk per length": with_cost(module, 0.0, x, states, is_init),
+        "  one padded call": with_setting(module, "call_cost", 1e12, x, states, is_init),
+        "  chunk per length": with_setting(module, "call_cost", 0.0, x, states, is_init),
         "  packed sequence": packed(lstm, x, states, is_init),
         "  union of resets": union_of_resets(lstm, x, states, is_init),
     }
@@ -261,7 +251,12 @@ def main():
             module.kernel = "rltool"
             check(module, x, states, is_init)
             module.kernel = "torch"
-            fns = {"temporal, gru_kernel=rltool": with_kernel(module, x, states, is_init), **fns}
+            fns = {
+                "temporal, gru_kernel=rltool": with_setting(
+                    module, "kernel", "rltool", x, states, is_init
+                ),
+                **fns,
+            }
         if args.variants:
             fns.update(extra_variants(module, x, states, is_init, fns[f"{kind}Cell loop"]))
         for backward in (False, True):

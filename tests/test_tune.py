@@ -64,6 +64,27 @@ def finals(folder: Path) -> list[float]:
     ]
 
 
+def killable(tmp_path: Path, study: Path, frames: int, every: int, *more: str) -> list[str]:
+    """Arguments of a study of 3 trials long enough to be stopped mid-trial (checkpoints every
+    256 frames, an evaluation every ``every``)."""
+    longer = [a for a in TINY if not a.startswith(("total_frames", "eval.every"))]
+    args = ["tune", *longer, f"total_frames={frames}", f"eval.every_frames={every}"]
+    args += ["checkpoint.every_frames=256", f"search={float_space(tmp_path)}", "trials=3"]
+    return [*args, *more, "pruner=none", f"study={study}"]
+
+
+def assert_each_trial_ran_once(study: Path, trials, seeds: int) -> None:
+    """Each trial ran once, on its own values (its jobs' overrides say so), and its value is
+    the mean of its jobs' final evals."""
+    for t in trials:
+        for k in range(seeds):
+            job = st.trial_dir(study, t.number) / str(k)
+            status = json.loads((job / "status.json").read_text())
+            assert status["status"] == "done"
+            assert f"++{KEY}={t.params[KEY]!r}" in status["overrides"]
+        assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
+
+
 def test_the_search_finds_the_optimum_and_a_rerun_adds_nothing(tmp_path, capsys):
     study = tmp_path / "study"
     args = ["tune", *TINY, f"search={float_space(tmp_path)}", "trials=10", "random_trials=4"]
@@ -154,10 +175,7 @@ def test_a_trial_below_the_median_is_pruned(tmp_path, capsys):
 @pytest.mark.filterwarnings("ignore:env fake_envs")  # one-step episodes: no exact resume
 def test_a_killed_study_resumes_to_exactly_n_trials(tmp_path, capsys):
     study = tmp_path / "study"
-    longer = [a for a in TINY if not a.startswith(("total_frames", "eval.every"))]
-    args = ["tune", *longer, "total_frames=4096", "eval.every_frames=1024"]
-    args += ["checkpoint.every_frames=256", f"search={float_space(tmp_path)}", "trials=3"]
-    args += ["seeds=2", "pruner=none", f"study={study}"]
+    args = killable(tmp_path, study, 4096, 1024, "seeds=2")
     proc = start_cli(*args, cwd=tmp_path)
     latest = st.trial_dir(study, 1) / "0" / "checkpoints" / "latest"
     deadline = time.monotonic() + 200
@@ -175,12 +193,7 @@ def test_a_killed_study_resumes_to_exactly_n_trials(tmp_path, capsys):
     trials = load(study).trials
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     assert sorted(p.name for p in study.glob("trial-*")) == [f"trial-000{n}" for n in range(3)]
-    for t in trials:  # each trial ran once, on its own values: its jobs' overrides say so
-        for k in ("0", "1"):
-            status = json.loads((st.trial_dir(study, t.number) / k / "status.json").read_text())
-            assert status["status"] == "done"
-            assert f"++{KEY}={t.params[KEY]!r}" in status["overrides"]
-        assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
+    assert_each_trial_ran_once(study, trials, seeds=2)
 
 
 def test_parallel_trials_overlap_and_the_study_ends_with_n(tmp_path, capsys, monkeypatch):
@@ -194,12 +207,10 @@ def test_parallel_trials_overlap_and_the_study_ends_with_n(tmp_path, capsys, mon
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     # trial 1 was asked for before trial 0 was told: they ran at once (one at a time, never)
     assert trials[1].datetime_start < trials[0].datetime_complete
-    for t in trials:
-        job = st.trial_dir(study, t.number) / "0"
-        status = json.loads((job / "status.json").read_text())
-        assert status["status"] == "done" and status["pid"] != os.getpid()
-        assert f"++{KEY}={t.params[KEY]!r}" in status["overrides"]
-        assert t.value == pytest.approx(np.mean(finals(st.trial_dir(study, t.number))))
+    assert_each_trial_ran_once(study, trials, seeds=1)
+    for t in trials:  # in processes of their own
+        status = json.loads((st.trial_dir(study, t.number) / "0" / "status.json").read_text())
+        assert status["pid"] != os.getpid()
         assert (study / "logs" / f"trial-{t.number:04d}.log").stat().st_size > 0
     assert "trial 2: started" in capsys.readouterr().out
 
@@ -248,10 +259,7 @@ def test_a_signal_stops_parallel_trials_at_a_checkpoint_and_a_rerun_ends_with_n(
     kernel sends the trials SIGTERM (PR_SET_PDEATHSIG), the same checkpoints."""
     monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)
     study = tmp_path / "study"
-    longer = [a for a in TINY if not a.startswith(("total_frames", "eval.every"))]
-    args = ["tune", *longer, "total_frames=8192", "eval.every_frames=2048"]
-    args += ["checkpoint.every_frames=256", f"search={float_space(tmp_path)}", "trials=3"]
-    args += ["parallel=2", "pruner=none", f"study={study}"]
+    args = killable(tmp_path, study, 8192, 2048, "parallel=2")
     proc = start_cli(*args, cwd=tmp_path)
     latest = [st.trial_dir(study, n) / "0" / "checkpoints" / "latest" for n in (0, 1)]
     deadline = time.monotonic() + 200

@@ -71,22 +71,13 @@ class Runner:
                         number, trial_id, values[number] = self._ask()
                     else:
                         break
-                    if self._outcome(number)[0] is None:
-                        argv = self._sweep_argv(
-                            st.trial_dir(self.folder, number),
-                            st.search_seeds(self.opts.seeds),
-                            values[number],
-                            self._callback(trial_id),
-                        )
-                        pool.start(number, ["train", *argv])
-                        print(f"rltool tune: trial {number}: started (log: {pool.log(number)})")
-                    else:  # it ended before a kill let the last command tell it
-                        self._tell(number, values[number])
+                    self._start(pool, number, trial_id, values[number])
                 if not pool.procs:
                     break
                 number, code = pool.wait_any()
-                if self._outcome(number)[0] is not None:
-                    self._tell(number, values[number])
+                outcome = self._outcome(number)
+                if outcome[0] is not None:
+                    self._tell(number, values[number], outcome)
                 elif pool.stop_signal is None and code != EXIT_PREEMPTED:
                     raise UserError(
                         f"trial {number}: {pool.last_line(number) or f'exit status {code}'} "
@@ -98,6 +89,16 @@ class Runner:
                 "checkpointed: run the same rltool tune command again to continue the study",
                 EXIT_PREEMPTED,
             )
+
+    def _start(self, pool: Pool, number: int, trial_id: int, values: dict) -> None:
+        """Trial ``number``'s sweep as a process of ``pool``; told at once if it already ended
+        (a kill came before the last command could tell it)."""
+        outcome = self._outcome(number)
+        if outcome[0] is not None:
+            self._tell(number, values, outcome)
+            return
+        pool.start(number, ["train", *self._trial_argv(number, trial_id, values)])
+        print(f"rltool tune: trial {number}: started (log: {pool.log(number)})")
 
     def _finished(self) -> int:
         return sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
@@ -123,8 +124,10 @@ class Runner:
             *extra,
         ]
 
-    def _sweep(self, folder: Path, seeds: list[int], values: dict, extra: list[str]) -> None:
-        train_cmd(self._sweep_argv(folder, seeds, values, extra))
+    def _trial_argv(self, number: int, trial_id: int, values: dict) -> list[str]:
+        """Trial ``number``'s sweep: its folder, the search seeds, the pruning callback."""
+        folder, seeds = st.trial_dir(self.folder, number), st.search_seeds(self.opts.seeds)
+        return self._sweep_argv(folder, seeds, values, self._callback(trial_id))
 
     def _callback(self, trial_id: int) -> list[str]:
         if self.opts.pruner == "none":
@@ -141,27 +144,25 @@ class Runner:
 
     def _run(self, number: int, trial_id: int, values: dict) -> None:
         """Trial ``number``'s sweep in this process, then told."""
-        folder = st.trial_dir(self.folder, number)
         if self._outcome(number)[0] is None:  # not run, or left unfinished: resumed or skipped
-            seeds = st.search_seeds(self.opts.seeds)
             try:
-                self._sweep(folder, seeds, values, self._callback(trial_id))
+                train_cmd(self._trial_argv(number, trial_id, values))
             except RunStopped as e:  # a signal: the trial stays running, resumable
                 raise RunStopped(
                     f"trial {number} stopped ({str(e).split(';')[0]}): run the same rltool tune "
                     "command again to continue the study",
                     e.exit_code,
                 ) from None
-        self._tell(number, values)
+        self._tell(number, values, self._outcome(number))
 
-    def _outcome(self, number: int):
+    def _outcome(self, number: int) -> tuple[str | None, float, str]:
         return st.outcome(st.trial_dir(self.folder, number), self.opts.seeds, self.objective)
 
-    def _tell(self, number: int, values: dict) -> None:
-        """Tells the study how trial ``number`` ended, from its jobs' status files."""
+    def _tell(self, number: int, values: dict, outcome: tuple[str | None, float, str]) -> None:
+        """Tells the study how trial ``number`` ended (``outcome``: from its jobs' statuses)."""
         from optuna.trial import TrialState
 
-        state, value, why = self._outcome(number)
+        state, value, why = outcome
         shown = " ".join(self.trial_overrides(values))
         if state == st.DONE:
             self.study.tell(number, value)
@@ -190,7 +191,7 @@ class Runner:
         """Trial ``number``'s settings on the held-out population (seeds 100-119)."""
         t = self._trial(number)
         folder = st.confirm_dir(self.folder, number)
-        self._sweep(folder, list(st.POPULATION), t.params, [])
+        train_cmd(self._sweep_argv(folder, list(st.POPULATION), t.params, []))
         runs = find_runs([str(folder)])
         table = format_table(rows(group_runs(runs), self.objective.goal))
         print(table)
