@@ -23,6 +23,7 @@ from omegaconf import OmegaConf
 from rltool.cli import main
 from rltool.results import find_runs, group_runs
 from rltool.tables import rows
+from rltool.tune import results
 from rltool.tune import space as sp
 from rltool.tune import study as st
 
@@ -170,6 +171,9 @@ def test_a_trial_below_the_median_is_pruned(tmp_path, capsys):
     assert "trial 2: pruned" in capsys.readouterr().out
     assert main(["report", str(study)]) == 0
     assert "pruned" in capsys.readouterr().out
+
+    # the plot's history marks it where the completed values leave it out
+    assert results.pruned(load(study)) == [2] and results.history(load(study))[0] == [0, 1]
 
 
 @pytest.mark.filterwarnings("ignore:env fake_envs")  # one-step episodes: no exact resume

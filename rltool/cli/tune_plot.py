@@ -1,5 +1,5 @@
-"""``rltool plot <study>``: a study's optimisation history (each completed trial's value and the
-best so far) and its parameter importances, side by side in one PNG."""
+"""``rltool plot <study>``: a study's optimisation history (each completed trial's value, the
+best so far, the pruned trials) and its parameter importances, side by side in one PNG."""
 
 from __future__ import annotations
 
@@ -19,9 +19,15 @@ def plot_study(folder: Path, out: Path | None) -> Path:
     numbers, values, best = results.history(study)
     hist.plot(numbers, values, "o", label="trial")
     hist.step(numbers, best, where="post", label="best so far")
+    cut = results.pruned(study)
+    if cut:  # no value: an x on the axis's floor, so the plot shows every trial that ran
+        floor = hist.get_xaxis_transform()
+        hist.plot(cut, [0.02] * len(cut), "x", color="grey", transform=floor, label="pruned")
     hist.set_xlabel("trial")
     hist.set_ylabel(objective)
-    hist.set_title(f"optimisation history ({len(numbers)} completed)", fontsize=9)
+    hist.set_title(
+        f"optimisation history ({len(numbers)} completed, {len(cut)} pruned)", fontsize=9
+    )
     hist.legend(fontsize=8)
     hist.grid(alpha=0.3)
     weights = results.importances(study)

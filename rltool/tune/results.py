@@ -77,6 +77,11 @@ def history(study) -> tuple[list[int], list[float], list[float]]:
     return numbers, values, best
 
 
+def pruned(study) -> list[int]:
+    """The numbers of the pruned trials (they have no value; the history marks where they ran)."""
+    return sorted(t.number for t in study.get_trials(deepcopy=False) if t.state.name == "PRUNED")
+
+
 def importances(study) -> dict[str, float]:
     """Optuna's parameter importances (fANOVA) over the completed trials; empty with fewer than
     two of them."""
