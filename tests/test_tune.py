@@ -124,7 +124,7 @@ JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
 @pytest.mark.parametrize(("objective", "launcher"), [("p10", []), ("count@9.5", JOBLIB)])
 def test_the_population_objective_is_the_reports_statistic(
-    tmp_path, objective, launcher, monkeypatch
+    tmp_path, objective, launcher, monkeypatch, capsys
 ):
     study = tmp_path / "study"
     args = ["tune", *TINY, *launcher, f"search={float_space(tmp_path)}", "trials=1", "seeds=3"]
@@ -150,6 +150,9 @@ def test_the_population_objective_is_the_reports_statistic(
     confirm = st.confirm_dir(study, 0)
     jobs = [d for d in confirm.iterdir() if d.name.isdigit()]
     assert sorted(OmegaConf.load(d / "config.yaml").seed for d in jobs) == [100, 101]
+    out = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("trial 0 ") and " 2 " in line for line in out)  # its row: 2 seeds
+    assert f"trial 0: {KEY}={trial.params[KEY]}" in out
 
 
 def test_a_trial_below_the_median_is_pruned(tmp_path, capsys):

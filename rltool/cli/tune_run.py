@@ -193,8 +193,11 @@ class Runner:
         folder = st.confirm_dir(self.folder, number)
         train_cmd(self._sweep_argv(folder, list(st.POPULATION), t.params, []))
         runs = find_runs([str(folder)])
-        table = format_table(rows(group_runs(runs), self.objective.goal))
-        print(table)
+        settings = group_runs(runs)
+        for s in settings:  # one row; its name would be every sampled value, hundreds of columns
+            s.name = f"trial {number}"
+        print(format_table(rows(settings, self.objective.goal)))
+        print(f"trial {number}: " + " ".join(f"{k}={v}" for k, v in t.params.items()))
         print(
             f"rltool tune: trial {number} on the held-out seeds {st.POPULATION[0]}-"
             f"{st.POPULATION[-1]}: {self.objective} {self.objective.of_runs(runs):g} (search: "
