@@ -197,7 +197,8 @@ class Runner:
         for s in settings:  # one row; its name would be every sampled value, hundreds of columns
             s.name = f"trial {number}"
         print(format_table(rows(settings, self.objective.goal)))
-        print(f"trial {number}: " + " ".join(f"{k}={v}" for k, v in t.params.items()))
+        # as the sweep ran them: the line pastes back as overrides of rltool train
+        print(f"trial {number}: " + " ".join(self.trial_overrides(t.params)))
         print(
             f"rltool tune: trial {number} on the held-out seeds {st.POPULATION[0]}-"
             f"{st.POPULATION[-1]}: {self.objective} {self.objective.of_runs(runs):g} (search: "
