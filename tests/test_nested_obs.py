@@ -16,7 +16,7 @@ from rltool.envs import make_env
 from rltool.errors import ConfigError
 from rltool.losses import PPOLoss, add_gae
 from rltool.modules import make_policy
-from rltool.modules.encoders import ImageEncoder
+from rltool.modules.encoders import ImageEncoder, _Contiguous, _conv_stack
 from rltool.specs import IMAGE, Spec
 
 
@@ -149,6 +149,24 @@ def test_symbolic_image_is_embedded_per_channel_as_an_embedding_lookup_would():
     seen = ours.abs().sum(-1) > 0
     for c in range(3):  # codes 0-10 drawn on each channel, in that channel's own rows
         assert seen[c * 256 : c * 256 + 11].all() and not seen[c * 256 + 11 : (c + 1) * 256].any()
+
+
+def test_conv_stack_computes_a_plain_stack_and_keeps_its_parameter_names():
+    """The last ReLU runs on a standard-layout copy (speed, on channels-last input): the same
+    numbers, to the bit, as the plain conv/ReLU stack, and the parameter names of checkpoints
+    written before (0, 2, 4)."""
+    torch.manual_seed(0)
+    stack = _conv_stack("small", 6)
+    plain = torch.nn.Sequential(*[m for m in stack if not isinstance(m, _Contiguous)])
+    assert [k for k, _ in stack.named_parameters()] == [
+        f"{i}.{w}" for i in (0, 2, 4) for w in ("weight", "bias")
+    ]
+    x = torch.randn(4, 7, 7, 6).movedim(-1, 1).requires_grad_()  # channels-last, as embedded
+    out = stack(x)
+    (gx,) = torch.autograd.grad(out.square().sum(), x)
+    ref = plain(x)
+    (rx,) = torch.autograd.grad(ref.square().sum(), x)
+    assert torch.equal(out, ref) and torch.equal(gx, rx)
 
 
 def test_mlp_steps_sampler_keeps_entries_nested():
