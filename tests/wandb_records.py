@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 from wandb.proto import wandb_internal_pb2 as pb
@@ -13,8 +14,18 @@ BLOCK, HEADER = 32768, 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
 
 
-def records(path: Path) -> list:
-    data = Path(path).read_bytes()
+def records(path: Path, timeout_s: float = 30.0) -> list:
+    """The file's records, once it holds the run's exit record: wandb's service process writes
+    the file and, on a loaded machine, can still be flushing it after ``run.finish()`` returned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        out = _parse(Path(path).read_bytes())
+        if any(r.WhichOneof("record_type") == "exit" for r in out) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.2)
+
+
+def _parse(data: bytes) -> list:
     assert data[:4] == b":W&B", "not a wandb run file"
     pos, out, buf = HEADER, [], b""
     while pos + HEADER <= len(data):
@@ -23,6 +34,8 @@ def records(path: Path) -> list:
             pos += left
             continue
         _crc, length, kind = struct.unpack("<IHB", data[pos : pos + HEADER])
+        if pos + HEADER + length > len(data):  # a record still being written
+            break
         if kind == 0:
             pos += left
             continue
