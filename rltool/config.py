@@ -1,18 +1,17 @@
 """Typed configs: one dataclass per group, stored in Hydra's ConfigStore.
 
 YAML options live in ``conf/<group>/<name>.yaml`` and start from these schemas, so a typo or a wrong
-type fails at composition. Value ranges are checked in ``__post_init__`` when :func:`to_config`
-turns the composed DictConfig into these objects, before anything is built.
+type fails at composition. Value ranges are checked in ``__post_init__`` when :func:`rltool.config_store.to_config`
+turns the composed DictConfig into these objects, before anything is built
+(``rltool/config_store.py``: storing them, the conf/ folder, what a resume may change).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING
 
 from rltool import algos
 from rltool.errors import ConfigError
@@ -404,101 +403,3 @@ def default_eval_every(total_frames: int) -> int:
     """``eval.every_frames`` when not set: a fifth of a small budget, so that a short run still
     draws a curve (evaluation draws nothing from the training RNG: the training is the same)."""
     return EVAL_EVERY if total_frames >= SMALL_BUDGET else max(1, total_frames // 5)
-
-
-SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
-    "env": EnvConfig,
-    "policy": PolicyConfig,
-    "collector": CollectorConfig,
-    "buffer": BufferConfig,
-    "optim": OptimConfig,
-    "logger": LoggerConfig,
-    "distributed": DistributedConfig,
-}
-
-
-def register_configs() -> None:
-    """Store the schemas: ``base_<group>`` for each group, ``base_<name>`` for each algorithm's
-    loss config."""
-    cs = ConfigStore.instance()
-    OmegaConf.register_new_resolver("rltool_groups", _groups_help, replace=True)
-    cs.store(name="base_config", node=Config)
-    for group, schema in SCHEMAS.items():
-        cs.store(group=group, name=f"base_{group}", node=schema)
-    for algo in algos.specs():
-        cs.store(group="loss", name=f"base_{algo.name}", node=algo.config)
-
-
-SCHEMA_PREFIX = "base_"  # the stored schemas' option names: internal, never offered
-
-
-def options(group: str) -> list[str]:
-    """The options a user may choose for ``group`` (``conf/<group>/*.yaml`` and stored nodes),
-    without the schemas."""
-    from pathlib import Path
-
-    names = {p.stem for p in (Path(conf_dir()) / group).glob("*.yaml")}
-    node = ConfigStore.instance().repo
-    for part in group.split("/"):
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        names |= {k.removesuffix(".yaml") for k in node if k.endswith(".yaml")}
-    return sorted(n for n in names if not n.startswith(SCHEMA_PREFIX))
-
-
-NOT_GROUPS = ("hydra", "search")  # conf/ folders of no train option (search: rltool tune's)
-
-
-def groups() -> list[str]:
-    """The config groups a user chooses options of (``conf/<group>/``)."""
-    from pathlib import Path
-
-    return sorted(
-        p.name for p in Path(conf_dir()).iterdir() if p.is_dir() and p.name not in NOT_GROUPS
-    )
-
-
-def _groups_help() -> str:
-    """``rltool train --help``'s list of groups and options (Hydra's own lists the schemas)."""
-    return "\n".join(f"{g}: {', '.join(options(g))}" for g in groups())
-
-
-def to_config(cfg: DictConfig) -> Config:
-    """The composed config as typed objects; raises ConfigError on an unknown key or an impossible
-    value."""
-    known = {f.name for f in dataclasses.fields(Config)}
-    unknown = [k for k in cfg if k not in known]
-    if unknown:  # Hydra lets "+key=value" append to a structured config
-        raise ConfigError(
-            f"unknown config key '{unknown[0]}': check the spelling "
-            "(rltool train --cfg job lists every key)"
-        )
-    return OmegaConf.to_object(cfg)
-
-
-# ---- where the configs live, and what a resume may change ----
-def conf_dir() -> str:
-    """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""
-    from pathlib import Path
-
-    here = Path(__file__).resolve().parent
-    packaged = here / "conf"
-    return str(packaged if packaged.is_dir() else here.parent / "conf")
-
-
-# keys a resume may change: the budget, logging, checkpointing, evaluation cadence, threads
-SAFE_KEYS = (
-    "total_frames",
-    "num_threads",
-    "eval.every_frames",
-    "eval.episodes",
-    "logger",
-    "checkpoint",
-    "resume",
-    "distributed",  # the world size itself is checked against the checkpoint's
-)
-
-
-def is_safe(key: str) -> bool:
-    """Whether a resume may change ``key`` (a dotted config key)."""
-    return any(key == k or key.startswith(k + ".") for k in SAFE_KEYS)

@@ -32,7 +32,7 @@ from omegaconf import OmegaConf
 
 from rltool import checkpoint as ckpt
 from rltool import layout
-from rltool.config import is_safe
+from rltool.config_store import is_safe
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
 
 

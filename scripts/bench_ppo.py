@@ -32,7 +32,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from rltool import keys as K
-from rltool.config import conf_dir, register_configs, to_config
+from rltool.config_store import conf_dir, register_configs, to_config
 from rltool.envs import make_env
 from rltool.errors import RunStopped
 from rltool.evaluation import evaluate

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from rltool.config import conf_dir, register_configs, to_config
+from rltool.config_store import conf_dir, register_configs, to_config
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "disabled")

@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, make_cfg
 from omegaconf import OmegaConf
 
-from rltool.config import NOT_GROUPS
+from rltool.config_store import NOT_GROUPS
 from rltool.errors import ConfigError
 
 GROUPS = sorted(
@@ -123,6 +123,6 @@ def test_bad_values_are_config_errors(override, match):
 
 
 def test_conf_dir_is_the_top_level_conf_in_a_checkout():
-    from rltool.config import conf_dir
+    from rltool.config_store import conf_dir
 
     assert Path(conf_dir()) == ROOT / "conf"

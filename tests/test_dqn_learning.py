@@ -7,7 +7,7 @@ settings) >= 400, each over three seeds. Minutes each on one core (the recurrent
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rltool.config import conf_dir, to_config
+from rltool.config_store import conf_dir, to_config
 from rltool.train import train
 
 

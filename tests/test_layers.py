@@ -25,6 +25,7 @@ LAYERS = {
     "rltool/scan.py": BASE,
     "rltool/runlock.py": BASE,  # the run folder's writer lock
     "rltool/config.py": CONFIG,
+    "rltool/config_store.py": CONFIG,  # the ConfigStore, conf/, to_config, resume-safe keys
     "rltool/algos/__init__.py": CONFIG,  # the registry
     "rltool/algos/*/__init__.py": CONFIG,  # an algorithm's registration
     "rltool/algos/*/config.py": CONFIG,

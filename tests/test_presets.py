@@ -11,7 +11,8 @@ import torch
 from conftest import make_cfg, metric_rows
 
 from rltool.cli import main
-from rltool.config import EnvConfig, conf_dir
+from rltool.config import EnvConfig
+from rltool.config_store import conf_dir
 from rltool.envs import factory
 from rltool.envs.factory import resolve_id
 from rltool.errors import ConfigError

@@ -5,7 +5,7 @@ here). The resume itself (checkpoint loaded, config checked) happens in ``Sessio
 The run's config is composed from ``<run_dir>/config.yaml`` (written when the run started, updated
 only when a resume changes a safe key): each config group is set to its bare schema and the saved
 values are applied on top as a global overlay (a temporary config group ``rltool_resume``), then the
-user's overrides, which may only touch :data:`rltool.config.SAFE_KEYS`. Hydra runs in ``run_dir``
+user's overrides, which may only touch :data:`rltool.config_store.SAFE_KEYS`. Hydra runs in ``run_dir``
 and writes no ``.hydra/`` folder, so the record of the original launch stays intact.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from rltool.config import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options
+from rltool.config_store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options
 from rltool.errors import UserError
 from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 

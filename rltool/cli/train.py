@@ -23,7 +23,7 @@ from omegaconf import DictConfig
 from rltool import runlock, sweep
 from rltool.cli import launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
-from rltool.config import conf_dir, register_configs, to_config
+from rltool.config_store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.layout import RunFolder
 from rltool.runlock import RunLocked

@@ -26,7 +26,7 @@ from hydra import compose, initialize_config_dir
 
 from rltool import runlock
 from rltool.cli.tune_run import Runner
-from rltool.config import conf_dir, register_configs, to_config
+from rltool.config_store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK, UserError
 from rltool.tune import space as sp
 from rltool.tune import study as st
