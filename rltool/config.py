@@ -1,13 +1,15 @@
 """Typed configs: one dataclass per group, stored in Hydra's ConfigStore.
 
 YAML options live in ``conf/<group>/<name>.yaml`` and start from these schemas, so a typo or a wrong
-type fails at composition. Value ranges are checked in ``__post_init__`` when :func:`rltool.config_store.to_config`
-turns the composed DictConfig into these objects, before anything is built
-(``rltool/config_store.py``: storing them, the conf/ folder, what a resume may change).
+type fails at composition. Value ranges are checked in ``__post_init__`` when
+:func:`rltool.config_store.to_config` turns the composed DictConfig into these objects, before
+anything is built (``rltool/config_store.py``: storing them, the conf/ folder, what a resume may
+change).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +111,9 @@ class PolicyConfig:
     memory_window: int = 16
     num_heads: int = 4
     gated: bool = True
+    # the gates' z = sigmoid(... - gate_bias): at 2 (GTrXL's) ~0.12 of the attention's output
+    # passes at first, at 0 half; larger starts closer to a memoryless policy
+    gate_bias: float = 2.0
     # gru on CPU when training: torch's GRU (default) or rltool's (modules/gru_kernel.py, ~2x the
     # fwd+bwd; the same maths, different last-bit rounding, so a seed's run differs)
     gru_kernel: str = "torch"  # torch | rltool
@@ -149,6 +154,8 @@ class PolicyConfig:
                 f"policy.hidden_size={self.hidden_size} must split into that many heads "
                 "(a multiple of it)",
             )
+            bias = self.gate_bias
+            check(math.isfinite(bias), "policy.gate_bias", bias, "must be a finite number")
 
 
 @dataclass

@@ -275,6 +275,7 @@ BAD = [
     ({"hidden_size": 10, "num_heads": 4}, "policy.num_heads=4"),
     ({"num_heads": 0}, "policy.num_heads=0"),
     ({"recurrent_mode": "temporal"}, "policy.recurrent_mode='temporal'"),
+    ({"gate_bias": float("nan")}, "policy.gate_bias=nan"),
 ]
 
 
@@ -285,6 +286,22 @@ def test_bad_trxl_settings_are_one_config_error_line(kw, name):
     assert name in str(err.value) and "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="must be >= 1"):
         TrXLModule(F, H, window=0)
+
+
+@pytest.mark.parametrize("bias", [0.0, 1.0, 2.0])
+def test_gate_bias_sets_how_much_of_the_attention_passes_at_first(bias):
+    """With its weights at zero the gate is (1 - z) x + z tanh(0), z = sigmoid(-bias): the policy
+    config's gate_bias reaches every gate of every block."""
+    cfg = PolicyConfig(kind="trxl", hidden_size=H, num_layers=2, num_heads=4, gate_bias=bias)
+    trxl = TrXLModule(F, H, 2, **TrXLModule.config_kwargs(cfg))
+    x = torch.randn(5, H, dtype=torch.float64)
+    for block in trxl.blocks:
+        for gate in block.gates:
+            gate.double()
+            for p in gate.parameters():
+                torch.nn.init.zeros_(p)
+            want = (1 - torch.sigmoid(torch.tensor(-bias, dtype=torch.float64))) * x
+            torch.testing.assert_close(gate(x, torch.randn_like(x)), want, rtol=0, atol=1e-15)
 
 
 def test_state_specs():

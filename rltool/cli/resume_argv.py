@@ -5,8 +5,8 @@ here). The resume itself (checkpoint loaded, config checked) happens in ``Sessio
 The run's config is composed from ``<run_dir>/config.yaml`` (written when the run started, updated
 only when a resume changes a safe key): each config group is set to its bare schema and the saved
 values are applied on top as a global overlay (a temporary config group ``rltool_resume``), then the
-user's overrides, which may only touch :data:`rltool.config_store.SAFE_KEYS`. Hydra runs in ``run_dir``
-and writes no ``.hydra/`` folder, so the record of the original launch stays intact.
+user's overrides, which may only touch :data:`rltool.config_store.SAFE_KEYS`. Hydra runs in
+``run_dir`` and writes no ``.hydra/`` folder, so the record of the original launch stays intact.
 """
 
 from __future__ import annotations

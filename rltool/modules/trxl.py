@@ -53,14 +53,14 @@ class _Gate(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, d: int, heads: int, window: int, gated: bool):
+    def __init__(self, d: int, heads: int, window: int, gated: bool, gate_bias: float = 2.0):
         super().__init__()
         self.heads, self.dh = heads, d // heads
         self.norm, self.norm_ff = nn.LayerNorm(d), nn.LayerNorm(d)
         self.q, self.kv, self.out = nn.Linear(d, d), nn.Linear(d, 2 * d), nn.Linear(d, d)
         self.pos = nn.Parameter(torch.zeros(heads, window + 1))  # by position, oldest first
         self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d))
-        self.gates = nn.ModuleList([_Gate(d), _Gate(d)]) if gated else None
+        self.gates = nn.ModuleList([_Gate(d, gate_bias), _Gate(d, gate_bias)]) if gated else None
 
     def keys(self, seq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """seq [.., P, d] -> keys, values [.., P, heads, dh]."""
@@ -96,6 +96,7 @@ class TrXLModule(Memory):
         window: int = 16,
         heads: int = 4,
         gated: bool = True,
+        gate_bias: float = 2.0,
         **kw,
     ):
         if window < 1:
@@ -109,13 +110,18 @@ class TrXLModule(Memory):
         self.num_layers, self.window = num_layers, window
         self.proj = nn.Linear(input_size, hidden_size)
         self.blocks = nn.ModuleList(
-            _Block(hidden_size, heads, window, gated) for _ in range(num_layers)
+            _Block(hidden_size, heads, window, gated, gate_bias) for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(hidden_size)
 
     @staticmethod
     def config_kwargs(cfg) -> dict:
-        return {"window": cfg.memory_window, "heads": cfg.num_heads, "gated": cfg.gated}
+        return {
+            "window": cfg.memory_window,
+            "heads": cfg.num_heads,
+            "gated": cfg.gated,
+            "gate_bias": cfg.gate_bias,
+        }
 
     @property
     def state_specs(self) -> dict:
