@@ -38,7 +38,7 @@ from rltool.specs import Spec
 class _Gate(nn.Module):
     """GTrXL's GRU-type gate: g(x, y) = (1 - z) * x + z * tanh(W_g y + U_g (r * x))."""
 
-    def __init__(self, d: int, bias: float = 2.0):
+    def __init__(self, d: int, bias: float):
         super().__init__()
         self.w = nn.Linear(d, 3 * d)
         self.u = nn.Linear(d, 2 * d, bias=False)
@@ -53,7 +53,7 @@ class _Gate(nn.Module):
 
 
 class _Block(nn.Module):
-    def __init__(self, d: int, heads: int, window: int, gated: bool, gate_bias: float = 2.0):
+    def __init__(self, d: int, heads: int, window: int, gated: bool, gate_bias: float):
         super().__init__()
         self.heads, self.dh = heads, d // heads
         self.norm, self.norm_ff = nn.LayerNorm(d), nn.LayerNorm(d)
