@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+import yaml
 from conftest import metric_rows, run_cli
 from tensordict import TensorDict
 
@@ -68,9 +69,11 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
     assert rows[0]["loss_value"] == "" and all(
         math.isfinite(float(x[k])) for x in rows[1:] for k in ("loss_value", "q_mean")
     )
-    # epsilon from 1 to 0.04 over tuned/cartpole_pomdp_gru_dqn's 10k frames, set after each batch
+    # epsilon from 1 to loss=dqn's eps_end over tuned/cartpole_pomdp_gru_dqn's 10k frames, set
+    # after each batch
+    eps_end = yaml.safe_load((run_dir / "config.yaml").read_text())["loss"]["eps_end"]
     assert [float(x["epsilon"]) for x in rows] == pytest.approx(
-        [linear_schedule(1.0, 0.04, 10_000, int(x["frames"])) for x in rows]
+        [linear_schedule(1.0, eps_end, 10_000, int(x["frames"])) for x in rows]
     )
     assert not (run_dir / "replay").exists()  # the run's scratch memmap is removed at the end
 
