@@ -14,6 +14,7 @@ from conftest import metric_rows, run_cli
 
 import rltool
 from rltool import checkpoint as ckpt
+from rltool import keys as K
 from rltool.cli import main
 
 KINDS = ["mingru", "ffm", "trxl"]
@@ -59,13 +60,16 @@ def test_stopped_and_resumed_run_matches_the_straight_run(kind, tmp_path):
     # load_policy: the model's own state, carried step by step
     policy, state = rltool.load_policy(straight)
     specs = policy.module.state_specs
-    assert set(state) == set(specs) and all(state[k].shape[1:] == s.shape for k, s in specs.items())
+    assert all(state[k].shape[1:] == s.shape for k, s in specs.items())
+    # the state also carries the previous action where the preset feeds it (TrXL's does)
+    carried = set(specs) | ({K.PREV_ACTION} & set(policy.module.input_specs))
+    assert set(state) == carried and (K.PREV_ACTION in carried) == (kind == "trxl")
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
     for _ in range(5):
         action, state = policy(obs, state)
         obs, *_ = env.step(int(action))
-    assert set(state) == set(specs)
+    assert set(state) == carried
 
 
 @pytest.mark.parametrize("kind", KINDS)
