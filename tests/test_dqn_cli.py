@@ -13,6 +13,7 @@ from tensordict import TensorDict
 
 import rltool as rltool_lib
 from rltool import checkpoint as ckpt
+from rltool import layout
 from rltool.cli import main
 from rltool.losses import linear_schedule
 
@@ -71,7 +72,7 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
     )
     # epsilon from 1 to loss=dqn's eps_end over tuned/cartpole_pomdp_gru_dqn's 10k frames, set
     # after each batch
-    eps_end = yaml.safe_load((run_dir / "config.yaml").read_text())["loss"]["eps_end"]
+    eps_end = yaml.safe_load(layout.RunFolder(run_dir).config.read_text())["loss"]["eps_end"]
     assert [float(x["epsilon"]) for x in rows] == pytest.approx(
         [linear_schedule(1.0, eps_end, 10_000, int(x["frames"])) for x in rows]
     )
