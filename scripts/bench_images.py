@@ -215,3 +215,24 @@ def main(a) -> None:
     theirs = medians.get(SB3)
     for name in (n for n in medians if theirs and n != SB3):
         print(f"\nratio {name} / sb3-contrib: {medians[name] / theirs:.2f}x frames per CPU-second")
+    if a.floor:
+        print_floor(a.case, cfg, medians)
+
+
+def print_floor(case: str, cfg, medians: dict[str, float]) -> None:
+    """The kernel floor (scripts/kernel_floor.py) beside the measured figures."""
+    from kernel_floor import kernel_floor
+
+    f = kernel_floor(cfg, lambda: _sb3_env(case, cfg))
+    print(
+        f"\nkernel floor, per gradient step: network forward + backward {f['gradient_step_ms']:.1f}"
+        f" ms, fused Adam {f['adam_ms']:.2f} ms; per env step ({cfg.env.num_envs} envs): acting "
+        f"forward {f['act_ms']:.2f} ms, the env's own stepping {f['env_step_ms']:.2f} ms\n"
+        f"=> {f['cpu_s']:.1f} CPU-s for {cfg.total_frames:,} frames: at most "
+        f"{f['frames_per_s']:,.0f} frames/CPU-s for any implementation on these kernels"
+    )
+    if "rltool" in medians:
+        print(f"rltool reaches {medians['rltool'] / f['frames_per_s']:.0%} of the floor's figure")
+    if SB3 in medians:
+        bound = f["frames_per_s"] / medians[SB3]
+        print(f"the most any implementation can be ahead of sb3-contrib here: {bound:.2f}x")

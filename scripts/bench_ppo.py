@@ -13,6 +13,7 @@ Training frames/s excludes evaluation time. frames-to-threshold is the first eva
     python scripts/bench_ppo.py --case lstm --seeds 3 --frames 100000
     python scripts/bench_ppo.py --case lstm --seeds 3 --side-by-side   # both at once, 2 cores
     python scripts/bench_ppo.py --case minigrid --seeds 3 --frames 8192 --fused   # + fused Adam
+    python scripts/bench_ppo.py --case minigrid --seeds 3 --frames 8192 --floor   # + kernel floor
 """
 
 from __future__ import annotations
@@ -363,6 +364,12 @@ def main():
         "--fused",
         action="store_true",
         help="image cases: also time rltool with optim.fused=true (Adam's fused kernel)",
+    )
+    p.add_argument(
+        "--floor",
+        action="store_true",
+        help="image cases: also measure the kernel floor (scripts/kernel_floor.py): the most\n"
+        "frames/CPU-s any implementation of this network on torch's CPU kernels can reach",
     )
     a = p.parse_args()
     if a.case in ("minigrid", "atari"):  # image observations: scripts/bench_images.py
