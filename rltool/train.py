@@ -31,6 +31,7 @@ from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
 from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
+from rltool.optim import FlatAdam
 from rltool.session import Session
 
 
@@ -95,12 +96,13 @@ def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:
 
 
 def make_optimizer(cfg: Config, policy: torch.nn.Module) -> torch.optim.Adam:
-    """Adam with one kernel per op over all parameters (foreach; CPU's default is a per-tensor
-    Python loop), or the fused kernel with ``optim.fused`` where torch has it (CPU, CUDA)."""
+    """Adam: the foreach algorithm, over flat buffers on the CPU (:class:`FlatAdam`, the same
+    numbers in fewer kernels); or the fused kernel with ``optim.fused`` where torch has it (CPU,
+    CUDA). Built after the policy is on its device: the CPU parameters move into a buffer."""
     params = list(policy.parameters())
-    fused = cfg.optim.fused and all(p.device.type in ("cpu", "cuda") for p in params)
-    mode = {"fused": True} if fused else {"foreach": True}
-    return torch.optim.Adam(params, lr=cfg.optim.lr, eps=cfg.optim.eps, **mode)
+    if cfg.optim.fused and all(p.device.type in ("cpu", "cuda") for p in params):
+        return torch.optim.Adam(params, lr=cfg.optim.lr, eps=cfg.optim.eps, fused=True)
+    return FlatAdam(params, lr=cfg.optim.lr, eps=cfg.optim.eps)
 
 
 def gradient_step(run: Run, terms) -> None:

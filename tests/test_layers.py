@@ -36,6 +36,7 @@ LAYERS = {
     "rltool/data/": COMPONENTS,
     "rltool/logging/": COMPONENTS,
     "rltool/guard.py": COMPONENTS,
+    "rltool/optim.py": COMPONENTS,
     "rltool/algos/base.py": ALGORITHMS,
     "rltool/algos/*/algorithm.py": ALGORITHMS,
     "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
