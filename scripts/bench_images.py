@@ -180,6 +180,7 @@ def run_sb3(case: str, cfg) -> tuple[float, int]:
 
 def main(a) -> None:
     torch.set_num_threads(1)
+    floor = measure_floor(a.case, rltool_config(a.case, 0, a.frames)) if a.floor else None
     rows = []
     for seed in range(a.seeds):
         cfg = rltool_config(a.case, seed, a.frames)
@@ -215,15 +216,19 @@ def main(a) -> None:
     theirs = medians.get(SB3)
     for name in (n for n in medians if theirs and n != SB3):
         print(f"\nratio {name} / sb3-contrib: {medians[name] / theirs:.2f}x frames per CPU-second")
-    if a.floor:
-        print_floor(a.case, cfg, medians)
+    if floor is not None:
+        print_floor(floor, cfg, medians)
 
 
-def print_floor(case: str, cfg, medians: dict[str, float]) -> None:
-    """The kernel floor (scripts/kernel_floor.py) beside the measured figures."""
+def measure_floor(case: str, cfg) -> dict[str, float]:
+    """The kernel floor (scripts/kernel_floor.py), measured before any training runs."""
     from kernel_floor import kernel_floor
 
-    f = kernel_floor(cfg, lambda: _sb3_env(case, cfg))
+    return kernel_floor(cfg, lambda: _sb3_env(case, cfg))
+
+
+def print_floor(f: dict[str, float], cfg, medians: dict[str, float]) -> None:
+    """The kernel floor beside the measured figures."""
     print(
         f"\nkernel floor, per gradient step: network forward + backward {f['gradient_step_ms']:.1f}"
         f" ms, fused Adam {f['adam_ms']:.2f} ms; per env step ({cfg.env.num_envs} envs): acting "
