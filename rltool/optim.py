@@ -2,12 +2,12 @@
 
 On the CPU, ``torch.optim.Adam(foreach=True)`` runs each of its ~8 ops once per parameter
 tensor. :class:`FlatAdam` keeps the parameters, both moments and a copy of the gradients as views
-of flat buffers (each tensor on a 64-byte boundary, as its own allocation) and runs each op once
-over all of them: every element goes through the same operations, with
-the same scalars, in the same order (``_multi_tensor_adam``, without weight decay, amsgrad or
-maximize), so the parameters are the same to the bit (tested). Its state dict is an ordinary
-Adam state dict: checkpoints load into either. The fused kernel (``optim.fused``) is faster
-still but rounds differently.
+of flat buffers (each tensor on a 64-byte boundary, as its own allocation would be) and runs each
+op once over all of them. Every element goes through the same operations, with the same scalars,
+in the same order as in ``_multi_tensor_adam`` (without weight decay, amsgrad or maximize), so
+the parameters are the same to the bit (tested). Its state dict is an ordinary Adam state dict:
+checkpoints load into either. The fused kernel (``optim.fused``) is faster still but rounds
+differently.
 """
 
 from __future__ import annotations
