@@ -49,17 +49,22 @@ class FlatAdam(torch.optim.Adam):
             offsets.append(total)
             total += -(-p.numel() // ALIGN) * ALIGN
 
-        def flat(key: str | None) -> torch.Tensor:
-            """One buffer of the parameters (key None), a moment (zeros before a step) or the
-            gradients; zeros between the tensors (they stay zero through the steps)."""
+        def flat(tensors) -> torch.Tensor:
+            """One buffer holding ``tensors`` (None: zeros) at the offsets; zeros between them
+            (they stay zero through the steps)."""
             buffer = torch.zeros(total)
-            for p, at in zip(params, offsets, strict=True):
-                t = p.detach() if key is None else self.state[p].get(key)
+            for t, p, at in zip(tensors, params, offsets, strict=True):
                 if t is not None:
                     buffer[at : at + p.numel()].copy_(t.reshape(-1))
             return buffer
 
-        self._flat = (flat(None), flat("exp_avg"), flat("exp_avg_sq"), flat("grad"))
+        moment = lambda key: [self.state[p].get(key) for p in params]  # noqa: E731
+        self._flat = (
+            flat([p.detach() for p in params]),
+            flat(moment("exp_avg")),  # None before the first step
+            flat(moment("exp_avg_sq")),
+            flat([None] * len(params)),  # the gradients, copied in at each step
+        )
         places = list(zip(params, offsets, strict=True))
         views = [[b[at : at + p.numel()].view_as(p) for p, at in places] for b in self._flat]
         for p, data, m, v in zip(params, *views[:3], strict=True):

@@ -39,21 +39,15 @@ def _median_cpu(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def _heads(policy, x: torch.Tensor, step: bool, states) -> torch.Tensor:
+def _heads(policy, x: torch.Tensor, states) -> torch.Tensor:
     """Sum of the heads' outputs from features x: [T, b, F] through each torso's fused RNN
-    layers, or [B, F] one cell step from ``states`` (per torso, per layer)."""
+    layers (``states`` None), or [B, F] one bare cell step (the memory's own ``_cell``) from
+    ``states`` (per torso, per layer: the state tuple)."""
     total = x.new_zeros(())
     for i, torso in enumerate(policy.torsos):
         h = torso.pre(x) if len(torso.pre) else x
         for j, layer in enumerate(torso.rnn.layers):
-            if step:
-                cell = torch.lstm_cell if isinstance(layer, torch.nn.LSTM) else torch.gru_cell
-                s = states[i][j] if cell is torch.lstm_cell else states[i][j][0]
-                weights = (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0)
-                out = cell(h, s, *weights, layer.bias_hh_l0)
-                h = out[0] if isinstance(out, tuple) else out
-            else:
-                h = layer(h)[0]
+            h = layer(h)[0] if states is None else torso.rnn._cell(layer, h, states[i][j])[0]
         feat = torso.post(h)
         if i == 0:
             total = total + policy.dist(feat)[K.LOGITS].sum()
@@ -80,14 +74,16 @@ def kernel_floor(cfg, env_factory, reps: int = 20, rounds: int = 3) -> dict[str,
     optimizer = torch.optim.Adam(policy.parameters(), lr=cfg.optim.lr, fused=True)
 
     def gradient_step():
-        _heads(policy, policy.encode({"observation": obs_mb}), False, None).backward()
+        _heads(policy, policy.encode({"observation": obs_mb}), None).backward()
 
-    hid = lambda layer: torch.zeros(B, layer.hidden_size)  # noqa: E731
-    states = [[(hid(la), hid(la)) for la in t.rnn.layers] for t in policy.torsos]
+    states = [
+        [tuple(torch.zeros(B, t.rnn.hidden_size) for _ in t.rnn.state_keys) for _ in t.rnn.layers]
+        for t in policy.torsos
+    ]
 
     @torch.no_grad()
     def act():
-        _heads(policy, policy.encode({"observation": obs_b}), True, states)
+        _heads(policy, policy.encode({"observation": obs_b}), states)
 
     venv = gym.vector.SyncVectorEnv([env_factory] * B)
     venv.reset(seed=cfg.seed)
