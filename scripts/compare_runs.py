@@ -26,6 +26,8 @@ CASES = {
     "ppo_pendulum": ["experiment=pendulum_ppo", FRAMES],
     "dqn_mlp_cartpole": ["env=cartpole", "policy=mlp", "loss=dqn", FRAMES],
     "dqn_gru_pomdp": ["env=cartpole_pomdp", "policy=gru", "loss=dqn", FRAMES],
+    "ppo_trxl_pomdp": ["env=cartpole_pomdp", "policy=trxl", FRAMES],
+    "ppo_ffm_pomdp": ["env=cartpole_pomdp", "policy=ffm", FRAMES],
 }
 # killed (SIGKILL) while writing its second checkpoint, then resumed from the first: its rows must
 # match a run that never stopped
