@@ -28,6 +28,28 @@ def check_choice(key: str, value: str, options: tuple[str, ...]) -> None:
     check(value in options, key, value, f"choose one of {', '.join(options)}")
 
 
+def check_reduction(value: str) -> None:
+    """``loss.reduction`` of a training run: mean | sum. A gradient step needs a scalar, so the
+    loss classes' ``"none"`` (per-element terms) is a library option for a user's own loop."""
+    check(
+        value in ("mean", "sum"),
+        "loss.reduction",
+        value,
+        "choose mean or sum (a training step needs a scalar loss; reduction='none' is an "
+        "option of the loss classes for your own loop, rltool.losses)",
+    )
+
+
+# env.suite -> (the package that registers its envs, how a short env.id becomes a full one); gym:
+# env.id as given. The one list of suites (rltool/envs/factory.py resolves ids with it).
+ENV_SUITES: dict[str, tuple[str, str] | None] = {
+    "gym": None,
+    "popgym": ("popgym", "popgym-{}-v0"),
+    "minigrid": ("minigrid", "MiniGrid-{}-v0"),
+    "atari": ("ale_py", "ALE/{}-v5"),
+}
+
+
 @dataclass
 class EnvConfig:
     id: str = "CartPole-v1"
@@ -62,7 +84,7 @@ class EnvConfig:
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
         check_choice("env.image", self.image, ("pixels", "symbolic"))
-        check_choice("env.suite", self.suite, ("gym", "popgym", "minigrid", "atari"))
+        check_choice("env.suite", self.suite, tuple(ENV_SUITES))
         check(self.frame_stack >= 1, "env.frame_stack", self.frame_stack, "must be >= 1")
         if self.normalize_obs_frames is not None:
             check(
@@ -194,7 +216,8 @@ class BufferConfig:
 
 @dataclass
 class CollectorConfig:
-    frames_per_batch: int = 2048  # frames per rollout, all envs together (T = this / num_envs)
+    # frames per rollout, all envs together (T = this / num_envs): 8 envs x 32 steps
+    frames_per_batch: int = 256
     # devices (cpu, cuda, cuda:N, mps); null = stay where it is (rltool.collectors.devices)
     device: str | None = None  # env and policy together; not with env_device / policy_device
     env_device: str | None = None  # where the env's tensors live
@@ -212,9 +235,9 @@ class CollectorConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 3e-4
+    lr: float = 1e-3
     eps: float = 1e-5
-    anneal_lr: bool = False  # linear decay to 0 over total_frames
+    anneal_lr: bool = True  # linear decay to 0 over total_frames
     max_grad_norm: float | None = 0.5
     # steps with a non-finite loss or gradient are skipped; this many in a row stop the run
     max_nonfinite_steps: int = 10

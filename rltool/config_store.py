@@ -92,6 +92,21 @@ def to_config(cfg: DictConfig) -> Config:
     return OmegaConf.to_object(cfg)
 
 
+def compose(*overrides: str) -> Config:
+    """The config ``rltool train <overrides>`` would run (``rltool.compose``): the same files,
+    the same checks; bad input raises :class:`~rltool.errors.ConfigError` (or Hydra's error for
+    an override that does not parse or names no option)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    if GlobalHydra.instance().is_initialized():  # inside a Hydra app: its loader is ours
+        return to_config(hydra_compose("config", overrides=list(overrides)))
+    with initialize_config_dir(conf_dir(), version_base="1.3"):
+        return to_config(hydra_compose("config", overrides=list(overrides)))
+
+
 # ---- where the configs live, and what a resume may change ----
 def conf_dir() -> str:
     """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""

@@ -320,5 +320,6 @@ def join(cfg) -> Ranks:
     timeout = datetime.timedelta(seconds=cfg.distributed.timeout_s)
     dist.init_process_group(backend, timeout=timeout)
     group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
-    split = getattr(cfg.loss, "num_minibatches", 1)
+    spec = algos.get(cfg.loss.name)
+    split = spec.rollout_multiple(cfg) if spec.rollout_multiple else 1
     return Ranks(group, device, cfg.distributed.sync_fraction, split)

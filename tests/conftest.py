@@ -7,9 +7,9 @@ from pathlib import Path
 import fake_envs  # noqa: F401  (registers the fake envs)
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
-from rltool.config_store import conf_dir, register_configs, to_config
+import rltool
+from rltool.config_store import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "disabled")
@@ -17,9 +17,8 @@ register_configs()  # the schemas make_cfg composes from (rltool train registers
 
 
 def make_cfg(*overrides: str):
-    """The typed config composed as the CLI would, with ``overrides``."""
-    with initialize_config_dir(conf_dir(), version_base="1.3"):
-        return to_config(compose("config", overrides=list(overrides)))
+    """The typed config ``rltool train <overrides>`` runs (the public :func:`rltool.compose`)."""
+    return rltool.compose(*overrides)
 
 
 # what a subprocess needs to import this checkout (not an installed rltool) and tests/ (fake envs)

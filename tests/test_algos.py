@@ -201,4 +201,4 @@ def test_the_run_files_never_name_an_algorithm(path):
 def test_builtin_algorithms_are_registered_with_their_heads():
     got = {s.name: s.heads for s in algos.specs()}
     assert got["ppo"] == ("actor", "critic") and got["dqn"] == ("q",)
-    assert math.isclose(algos.get("ppo").config().gamma, 0.99)
+    assert math.isclose(algos.get("ppo").config().gamma, 0.98)  # rl-zoo CartPole PPO's

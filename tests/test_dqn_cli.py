@@ -25,7 +25,10 @@ def rltool(*args, cwd):
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["env=pendulum", "loss=dqn"], "loss=dqn needs a discrete action space"),
+        (
+            ["env=pendulum", "loss=dqn", "env.normalize_obs=false", "env.normalize_reward=false"],
+            "loss=dqn needs a discrete action space",
+        ),
         (["loss=dqn", "policy=gru", "buffer.seq_len=8", "buffer.burn_in=8"], "buffer.seq_len=8"),
         (["loss=dqn", "buffer.size=100"], "buffer.size=100"),
         (["loss=dqn", "loss.gamma=1.5"], "loss.gamma=1.5"),

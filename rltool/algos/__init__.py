@@ -29,7 +29,8 @@ class AlgoSpec:
     ``"module:Class"`` to import it lazily. ``check(cfg)``: validation of the whole config (raises
     ConfigError), run after every group's own checks. ``data_parallel``: its gradient steps may be
     averaged across ranks (every rank takes the same steps on its own rollout; see
-    ``rltool/distributed.py``)."""
+    ``rltool/distributed.py``). ``rollout_multiple(cfg)``: what a rollout's frame count must be a
+    multiple of when a distributed rank cuts it short (its minibatch split; None: 1)."""
 
     name: str
     config: type
@@ -37,6 +38,7 @@ class AlgoSpec:
     algorithm: type | str
     check: Callable | None = None
     data_parallel: bool = False
+    rollout_multiple: Callable | None = None
 
     def load(self) -> type:
         if isinstance(self.algorithm, str):

@@ -11,7 +11,7 @@ import sys
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rltool.config import EnvConfig
+from rltool.config import ENV_SUITES, EnvConfig
 from rltool.envs.envpool_vec import EnvPoolVectorEnv
 from rltool.envs.normalize import ObsNormalizer, RewardScaler, make_obs_normalizer
 from rltool.envs.vector import VectorEnv, observation_spec
@@ -45,19 +45,14 @@ def check_env_id(env_id: str) -> None:
         ) from None
 
 
-# a suite's package and how a short id becomes a full one
-SUITES = {
-    "popgym": ("popgym", "popgym-{}-v0"),
-    "minigrid": ("minigrid", "MiniGrid-{}-v0"),
-    "atari": ("ale_py", "ALE/{}-v5"),
-}
+SUITES = ENV_SUITES  # a suite's package and how a short id becomes a full one
 
 
 def resolve_id(cfg: EnvConfig) -> str:
     """The gymnasium id of ``cfg``: ``env.id`` as given, or a suite's short name made full
     (``RepeatPreviousEasy`` -> ``popgym:popgym-RepeatPreviousEasy-v0``); a suite whose package is
     missing is bad input naming the extra to install."""
-    if cfg.suite == "gym":
+    if SUITES[cfg.suite] is None:  # gym: the id as given
         return cfg.id
     module, pattern = SUITES[cfg.suite]
     try:

@@ -2,7 +2,7 @@
 ``algorithm.py``, the config in ``config.py``."""
 
 from rltool.algos import AlgoSpec, register
-from rltool.algos.ppo.config import PPOConfig
+from rltool.algos.ppo.config import PPOConfig, check_config, rollout_multiple
 
 SPEC = register(
     AlgoSpec(
@@ -10,6 +10,8 @@ SPEC = register(
         config=PPOConfig,
         heads=("actor", "critic"),
         algorithm="rltool.algos.ppo.algorithm:PPO",
+        check=check_config,
+        rollout_multiple=rollout_multiple,
         data_parallel=True,  # the same epochs of steps on every rank's own rollout
     )
 )
