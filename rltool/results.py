@@ -223,7 +223,7 @@ def group_runs(runs: list[RunInfo], by: list[str] | None = None) -> list[Setting
 
 def mixed(settings: list[Setting], key: str = "env.id") -> list[tuple[str, list[str]]]:
     """(setting name, the values) of each setting whose runs differ in ``key``: grouped by keys
-    that do not tell their tasks apart (``--by env`` over POPGym tasks, all ``env=popgym``)."""
+    that do not tell their tasks apart (``by=env`` over POPGym tasks, all ``env=popgym``)."""
     out = []
     for s in settings:
         values = sorted({_short(r.value(key)) for r in s.runs})

@@ -105,11 +105,11 @@ def test_report_and_plot_read_the_configured_metrics_file(tmp_path, capsys):
     assert main(["report", str(sweep)]) == 0
     assert "2 done" in capsys.readouterr().out
     png = tmp_path / "curves.png"
-    assert main(["plot", str(sweep), "--out", str(png)]) == 0  # eval values found in other.csv
+    assert main(["plot", str(sweep), f"out={png}"]) == 0  # eval values found in other.csv
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "1 setting(s)" in capsys.readouterr().out
     for bad, words in ((png.with_suffix(".xyz"), "cannot write .xyz files"), (png / "x.png", "")):
-        assert main(["plot", str(sweep), "--out", str(bad)]) == 2  # bad input, not a bug
+        assert main(["plot", str(sweep), f"out={bad}"]) == 2  # bad input, not a bug
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and words in err and "bug" not in err, err
 

@@ -29,9 +29,9 @@ def test_plot_warns_under_3_points_and_draws_training_returns(tmp_path, capsys):
     assert main([*args, "eval.every_frames=100000", f"hydra.run.dir={few}"]) == 0
     assert main([*args, f"hydra.run.dir={many}"]) == 0  # the default: every 204 frames
     capsys.readouterr()
-    assert main(["plot", str(many), "--out", str(tmp_path / "a.png")]) == 0
+    assert main(["plot", str(many), f"out={tmp_path / 'a.png'}"]) == 0
     assert "warning" not in capsys.readouterr().err
-    assert main(["plot", str(few), "--out", str(tmp_path / "b.png")]) == 0
+    assert main(["plot", str(few), f"out={tmp_path / 'b.png'}"]) == 0
     err = capsys.readouterr().err
     assert f"fewer than 3 eval/return_mean points ({few} has 1;" in err
     assert "drawing train/return_mean instead" in err

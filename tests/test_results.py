@@ -67,7 +67,7 @@ def test_report_groups_two_sweep_folders_by_keys_with_goal_and_best(tmp_path, ca
     assert by_value[0]["seeds"] == 6 and by_value[0]["at_goal"] is None
 
     args = ["report", str(tmp_path / "sweep_lstm"), str(tmp_path / "sweep_gru")]
-    assert main([*args, "--by", "policy", "--goal", "450", "--format", "markdown"]) == 0
+    assert main([*args, "by=policy", "goal=450", "format=markdown"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("| setting | seeds | frames | final mean | min | p10 | median | max |")
     assert ">= 450" in out[0] and "best greedy eval" in out[0]

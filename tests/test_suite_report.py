@@ -76,7 +76,7 @@ def test_popgym_tasks_are_averaged_per_policy_and_minigrid_stays_apart(sweep, by
 
 
 def test_markdown_table_for_the_readme(sweep, capsys):
-    assert main(["report", str(sweep), "--by", "task,policy", "--format", "markdown"]) == 0
+    assert main(["report", str(sweep), "by=task,policy", "format=markdown"]) == 0
     out = capsys.readouterr().out.splitlines()
     head = out[0]
     assert "| success | best greedy eval |" in head
@@ -96,7 +96,7 @@ def test_a_sweep_without_minigrid_has_no_success_column(sweep, capsys):
         for p in (sweep / str(num)).rglob("*"):
             if p.is_file():
                 p.unlink()
-    assert main(["report", str(sweep), "--by", "task,policy"]) == 0
+    assert main(["report", str(sweep), "by=task,policy"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert "success" not in head and "best greedy eval" in head
 
@@ -121,7 +121,7 @@ def test_plot_by_task_one_panel_per_task_one_curve_per_policy(sweep, capsys, mon
         plot_cmd, "_save", lambda plt, fig, out: figures.append(fig) or save(plt, fig, out)
     )
     out = sweep / "curves.png"
-    assert main(["plot", str(sweep), "--by", "task", "--out", str(out)]) == 0
+    assert main(["plot", str(sweep), "by=task", f"out={out}"]) == 0
     assert capsys.readouterr().out.strip() == f"rltool plot: 3 panel(s), 6 curve(s) -> {out}"
     assert out.stat().st_size > 1000
     axes = [ax for ax in figures[0].axes if ax.get_visible()]
@@ -139,13 +139,13 @@ def test_plot_by_task_one_panel_per_task_one_curve_per_policy(sweep, capsys, mon
 
 
 def test_grouping_by_env_over_popgym_tasks_warns(sweep, capsys):
-    assert main(["report", str(sweep), "--by", "env,policy"]) == 0
+    assert main(["report", str(sweep), "by=env,policy"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "rltool report: warning: 'env=popgym policy=gru' mixes runs of 2 env.id values "
-        "(CountRecallEasy, RepeatPreviousEasy): add task or env.id to --by",
+        "(CountRecallEasy, RepeatPreviousEasy): add task or env.id to by=",
         "rltool report: warning: 'env=popgym policy=mlp' mixes runs of 2 env.id values "
-        "(CountRecallEasy, RepeatPreviousEasy): add task or env.id to --by",
+        "(CountRecallEasy, RepeatPreviousEasy): add task or env.id to by=",
     ]
-    assert main(["report", str(sweep), "--by", "env.id,policy"]) == 0
+    assert main(["report", str(sweep), "by=env.id,policy"]) == 0
     assert capsys.readouterr().err == ""

@@ -62,13 +62,13 @@ def test_basic_2x2_sweep_report_plot_and_rerun(tmp_path, capsys):
     assert (table[0]["final_min"], table[0]["final_max"]) == (min(returns), max(returns))
     assert table[0]["frames"] == 256
 
-    assert main(["report", str(sweep), "--format", "markdown"]) == 0
+    assert main(["report", str(sweep), "format=markdown"]) == 0
     md = capsys.readouterr().out.splitlines()
     table_lines = [line for line in md if line.startswith("|")]
     assert md[0].startswith("| setting | seeds |") and len(table_lines) == 4  # header, rule, 2 rows
     assert "not POPGym's MMER" in md[-1]  # the note under the table: what best eval means
     png = tmp_path / "curves.png"
-    assert main(["plot", str(sweep), "--out", str(png)]) == 0
+    assert main(["plot", str(sweep), f"out={png}"]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
 
     # the same sweep into the same folder: every job is skipped, nothing is rewritten

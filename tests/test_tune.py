@@ -106,7 +106,7 @@ def test_the_search_finds_the_optimum_and_a_rerun_adds_nothing(tmp_path, capsys)
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["rank", "trial", "state", "mean"] and len(lines) == 11
     assert lines[1].split()[:2] == ["1", str(best.number)]  # ranked by the objective
-    assert main(["plot", str(study), "--out", str(tmp_path / "s.png")]) == 0
+    assert main(["plot", str(study), f"out={tmp_path / 's.png'}"]) == 0
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
 
     # the same command again: ten trials finished, nothing runs; export writes the best values
@@ -122,19 +122,26 @@ def test_the_search_finds_the_optimum_and_a_rerun_adds_nothing(tmp_path, capsys)
 JOBLIB = ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 
 
-@pytest.mark.parametrize(("objective", "launcher"), [("p10", []), ("count@9.5", JOBLIB)])
+SEEDS = ["seed0=210", "population_seed0=50"]  # other search seeds and population
+
+
+@pytest.mark.parametrize(
+    ("objective", "launcher", "seeds"), [("p10", [], []), ("count@9.5", JOBLIB, SEEDS)]
+)
 def test_the_population_objective_is_the_reports_statistic(
-    tmp_path, objective, launcher, monkeypatch, capsys
+    tmp_path, objective, launcher, seeds, capsys
 ):
     study = tmp_path / "study"
     args = ["tune", *TINY, *launcher, f"search={float_space(tmp_path)}", "trials=1", "seeds=3"]
+    args += seeds
+    first, population = (210, [50, 51]) if seeds else (200, [100, 101])
     assert main([*args, f"objective={objective}", "pruner=none", f"study={study}"]) == 0
     (trial,) = load(study).trials
     folder = st.trial_dir(study, trial.number)
     by_hand = finals(folder)
     assert len(by_hand) == 3 and len(set(by_hand)) == 3  # three seeds, apart
-    seeds = sorted(OmegaConf.load(folder / d / "config.yaml").seed for d in ("0", "1", "2"))
-    assert seeds == [200, 201, 202]
+    ran = sorted(OmegaConf.load(folder / d / "config.yaml").seed for d in ("0", "1", "2"))
+    assert ran == [first, first + 1, first + 2]
     goal = 9.5 if objective.startswith("count") else None
     (row,) = rows(group_runs(find_runs([str(folder)])), goal)
     if goal is None:
@@ -143,13 +150,10 @@ def test_the_population_objective_is_the_reports_statistic(
         assert trial.value == sum(v >= goal for v in by_hand) == row["at_goal"]
 
     # confirm: the trial's settings on the held-out population, never a search seed
-    monkeypatch.setattr(st, "POPULATION", (100, 101))
-    assert (
-        main([*args, f"objective={objective}", "pruner=none", f"study={study}", "confirm=0"]) == 0
-    )
-    confirm = st.confirm_dir(study, 0)
-    jobs = [d for d in confirm.iterdir() if d.name.isdigit()]
-    assert sorted(OmegaConf.load(d / "config.yaml").seed for d in jobs) == [100, 101]
+    confirm = [f"objective={objective}", "pruner=none", f"study={study}", "confirm=0"]
+    assert main([*args, *confirm, "population_seeds=2"]) == 0
+    jobs = [d for d in st.confirm_dir(study, 0).iterdir() if d.name.isdigit()]
+    assert sorted(OmegaConf.load(d / "config.yaml").seed for d in jobs) == population
     out = capsys.readouterr().out.splitlines()
     assert any(line.startswith("trial 0 ") and " 2 " in line for line in out)  # its row: 2 seeds
     (values,) = [line.removeprefix("trial 0: ") for line in out if line.startswith("trial 0: ")]
@@ -377,7 +381,8 @@ def test_a_study_of_another_space_or_objective_or_without_optuna_is_refused(
     study = tmp_path / "study"
     args = ["tune", *TINY, f"search={float_space(tmp_path)}", "trials=1", "pruner=none"]
     assert main([*args, f"study={study}"]) == 0
-    for change, want in (("objective=min", "another objective"), ("", "another search space")):
+    changes = [("objective=min", "another objective"), ("seed0=300", "another seed0")]
+    for change, want in [*changes, ("", "another search space")]:
         if not change:  # the same file, another range
             float_space(tmp_path, low=-2.0)
         before = _tree(tmp_path)

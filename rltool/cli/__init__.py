@@ -43,17 +43,23 @@ def _lazy(module: str, func: str):
 COMMANDS = {
     "train": (
         _lazy("rltool.cli.train", "train_cmd"),
-        "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)",
+        "train an agent: Hydra overrides env=<option> policy=<option> key=value ...; -m: sweep",
     ),
-    "eval": (_lazy("rltool.cli.eval", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
+    "eval": (
+        _lazy("rltool.cli.eval", "main"),
+        "evaluate a run: run=<folder> [episodes=10] [checkpoint=best] [video=true] ...",
+    ),
     "report": (
         _lazy("rltool.cli.report", "report_main"),
-        "table of runs/sweeps: <dirs...> [--format]",
+        "table of runs/sweeps/studies: <folder> ... [by=[env,policy]] [goal=450] [format=csv]",
     ),
-    "plot": (_lazy("rltool.cli.plot", "plot_main"), "learning curves of runs/sweeps -> PNG"),
+    "plot": (
+        _lazy("rltool.cli.plot", "plot_main"),
+        "learning curves -> PNG: <folder> ... [out=curves.png] [by=task] [curves=policy]",
+    ),
     "tune": (
         _lazy("rltool.cli.tune", "tune_cmd"),
-        "hyperparameter search: <overrides> search=<space> trials=N seeds=K objective=p10",
+        "hyperparameter search: <train overrides> search=<space> trials=N [seeds=3] ...",
     ),
 }
 

@@ -13,27 +13,38 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from rltool.cli.args import help_text, parse, wants_help
 from rltool.errors import UserError
 from rltool.layout import RunFolder
 
 
+def _opt(default, help_: str, **more):
+    return field(default=default, metadata={"help": help_, **more})
+
+
 @dataclass
 class EvalArgs:
-    run: str = ""
-    checkpoint: str | None = (
-        None  # best, a file of <run>/checkpoints or its frames; default: latest
+    """rltool eval's options (``key=value``, parsed by :mod:`rltool.cli.args`)."""
+
+    run: str = _opt(
+        "", "the run folder to evaluate, e.g. run=outputs/2026-12-02/10-11-12", required=True
     )
-    episodes: int = 10
-    num_envs: int | None = None  # default: min(episodes, 8)
-    seed: int | None = None  # default: the run's seed + eval.seed_offset (training's eval seed)
-    max_steps: int = 100_000  # vector steps, a guard against endless episodes
-    video: bool = False
-    video_episodes: int = 1  # episodes recorded (of the first env)
-    out: str | None = None  # default: <run>/eval.json
-    num_threads: int | None = None  # default: the run's num_threads (torch intra-op threads)
+    checkpoint: str | None = _opt(
+        None, "best, or a checkpoint of <run>/checkpoints by name or frames (null: the latest)"
+    )
+    episodes: int = _opt(10, "episodes to play")
+    num_envs: int | None = _opt(None, "envs played at once (null: min(episodes, 8))")
+    seed: int | None = _opt(
+        None, "the eval envs' seed (null: the run's seed + eval.seed_offset, as in training)"
+    )
+    max_steps: int = _opt(100_000, "at most this many vector steps, against endless episodes")
+    video: bool = _opt(False, "record episodes of the first env into <run>/videos/ (rltool[video])")
+    video_episodes: int = _opt(1, "episodes recorded when video=true")
+    out: str | None = _opt(None, "where the result goes (null: <run>/eval.json)")
+    num_threads: int | None = _opt(None, "torch threads (null: the run's num_threads)")
 
     def __post_init__(self):
         if not self.run:
@@ -48,51 +59,9 @@ class EvalArgs:
                 raise UserError(f"{name}={getattr(self, name)} is invalid: must be >= 1")
 
 
-HELP = {  # rltool eval --help: one line per argument
-    "run": "the run folder to evaluate (required), e.g. run=outputs/2026-12-02/10-11-12",
-    "checkpoint": "a checkpoint of <run>/checkpoints, by name or frame count (default: latest)",
-    "episodes": "episodes to play (default: 10)",
-    "num_envs": "envs played at once (default: min(episodes, 8))",
-    "seed": "the eval envs' seed (default: the run's seed + eval.seed_offset, as in training)",
-    "max_steps": "at most this many vector steps (default: 100000), against endless episodes",
-    "video": "true: record episodes of the first env into <run>/videos/ (rltool[video])",
-    "video_episodes": "episodes recorded when video=true (default: 1)",
-    "out": "where the result goes (default: <run>/eval.json)",
-    "num_threads": "torch threads (default: the run's num_threads)",
-}
-
-
-def _convert(name: str, text: str, kind) -> object:
-    nullable = ("checkpoint", "num_envs", "seed", "out", "num_threads")
-    if text.lower() in ("null", "none") and name in nullable:
-        return None
-    try:
-        if kind is bool:
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError
-            return text.lower() in ("true", "1", "yes")
-        return int(text) if kind is int else text
-    except ValueError:
-        raise UserError(f"{name}={text!r} is invalid: expected {_WORD[kind]}") from None
-
-
-_KINDS = {"episodes": int, "num_envs": int, "seed": int, "max_steps": int, "video": bool}
-_KINDS |= {"video_episodes": int, "num_threads": int}
-_WORD = {int: "an integer", bool: "true or false", str: "a string"}
-
-
 def parse_args(argv: list[str]) -> EvalArgs:
     """``key=value`` arguments, like ``rltool train``'s overrides."""
-    names = [f.name for f in fields(EvalArgs)]
-    values = {}
-    for arg in argv:
-        key, sep, text = arg.partition("=")
-        if not sep or key not in names:
-            raise UserError(
-                f"unknown argument {arg!r}: give key=value with key one of {', '.join(names)}"
-            )
-        values[key] = _convert(key, text, _KINDS.get(key, str))
-    return EvalArgs(**values)
+    return parse(EvalArgs, argv, "eval")
 
 
 def _video_env(restored, num_envs: int, folder: Path, episodes: int):
@@ -171,35 +140,37 @@ def evaluate_run(args: EvalArgs) -> dict:
     return result
 
 
+USAGE = "rltool eval run=<run folder> [key=value ...]"
+ABOUT = (
+    "Plays greedy episodes of a trained run (the evaluation protocol of training), prints the "
+    "return and length statistics and writes them to eval.json."
+)
+
+
 def main(argv: list[str]) -> int:
-    if {"-h", "--help"} & set(argv):
-        print("usage: rltool eval run=<run folder> [key=value ...]\n")
-        print("Plays greedy episodes of a trained run (the evaluation protocol of training) and")
-        print("prints the return and length statistics.\n\narguments:")
-        width = max(map(len, HELP))
-        for f in fields(EvalArgs):
-            print(f"  {f.name:<{width}}  {HELP[f.name]}")
+    if wants_help(argv):
+        print(help_text(EvalArgs, USAGE, ABOUT))
         return 0
-    args = parse_args(argv)
-    result = evaluate_run(args)
-    out = Path(args.out) if args.out else RunFolder(args.run).eval
+    a = parse_args(argv)
+    result = evaluate_run(a)
+    out = Path(a.out) if a.out else RunFolder(a.run).eval
     try:
         out.write_text(json.dumps(result, indent=2))
     except OSError as e:
         raise UserError(f"out={out}: cannot write it ({e}): give a writable file") from None
-    if result["episodes"] < args.episodes:
+    if result["episodes"] < a.episodes:
         print(
-            f"rltool eval: warning: only {result['episodes']} of {args.episodes} episodes ended "
-            f"within max_steps={args.max_steps}"
+            f"rltool eval: warning: only {result['episodes']} of {a.episodes} episodes ended "
+            f"within max_steps={a.max_steps}"
         )
     f = lambda x: "-" if not math.isfinite(x) else f"{x:.2f}"
     print(
-        f"{args.run} ({result['checkpoint']}, {result['frames']:,} frames): "
+        f"{a.run} ({result['checkpoint']}, {result['frames']:,} frames): "
         f"{result['episodes']} episodes\n"
         f"  return {f(result['return_mean'])} +- {f(result['return_std'])} "
         f"(min {f(result['return_min'])}, max {f(result['return_max'])})\n"
         f"  length {f(result['length_mean'])} +- {f(result['length_std'])} "
         f"(min {f(result['length_min'])}, max {f(result['length_max'])})\n"
-        f"  written to {out}" + (f"; videos in {RunFolder(args.run).videos}" if args.video else "")
+        f"  written to {out}" + (f"; videos in {RunFolder(a.run).videos}" if a.video else "")
     )
     return 0

@@ -1,67 +1,89 @@
-"""``rltool plot <dirs...> [--out PNG] [--metric M] [--by KEYS [--curves KEYS]]``: eval return
+"""``rltool plot <folders...> [out=PNG] [metric=M] [by=[k,...] [curves=[k,...]]]``: eval return
 against frames, the mean over seeds with a +- one std band, one line per setting (needs
-matplotlib: ``pip install 'rltool[plot]'``). With ``--by``, one panel per value of those keys
-(``--by task``: one per task of the memory suite) and in each one curve per value of ``--curves``
+matplotlib: ``pip install 'rltool[plot]'``). With ``by=``, one panel per value of those keys
+(``by=task``: one per task of the memory suite) and in each one curve per value of ``curves=``
 (default ``policy``), the same colour for the same curve in every panel."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rltool.cli import ArgParser
-from rltool.cli.report import warn_mixed, warn_unreadable
+from rltool.cli.args import help_text, parse, wants_help
+from rltool.cli.report import FOLDERS_HELP, warn_mixed, warn_unreadable
 from rltool.errors import UserError
 from rltool.results import Setting, band, eval_curve, find_runs, group_runs
 from rltool.tune.study import is_study
 
 
+def _opt(default, help_: str, **more):
+    return field(default=default, metadata={"help": help_, **more})
+
+
+@dataclass
+class PlotArgs:
+    """rltool plot's options (``key=value``, parsed by :mod:`rltool.cli.args`)."""
+
+    folders: list[str] = field(
+        default_factory=list, metadata={"help": FOLDERS_HELP, "positional": True}
+    )
+    out: str | None = _opt(None, "the PNG file (null: <first folder>/learning_curves.png)")
+    metric: str = _opt("eval/return_mean", "the metrics.csv column drawn against frames")
+    title: str | None = _opt(None, "the figure's title (null: the folders)")
+    by: list[str] | None = _opt(
+        None,
+        "one panel per value of these keys, by=task or by=[env,policy] (a config group takes "
+        "the option each run chose, other keys their value; null: one panel)",
+    )
+    curves: list[str] = field(
+        default_factory=lambda: ["policy"],
+        metadata={"help": "with by=: one curve per value of these keys in each panel"},
+    )
+
+    def __post_init__(self):
+        if not self.folders:
+            raise UserError("rltool plot needs a folder: rltool plot <folder> ... [key=value]")
+
+
+USAGE = "rltool plot <folder> [<folder> ...] [key=value ...]"
+ABOUT = (
+    "Eval return against frames, the mean over seeds with a +- one std band, one curve per "
+    "setting -> PNG (a study folder of rltool tune: its history and importances)."
+)
+
+
 def plot_main(argv: list[str]) -> int:
-    p = ArgParser(
-        prog="rltool plot", description="Eval return vs frames, shaded over seeds -> PNG."
-    )
-    p.add_argument("dirs", nargs="+")
-    p.add_argument("--out", help="PNG file (default: <first folder>/learning_curves.png)")
-    p.add_argument("--metric", default="eval/return_mean")
-    p.add_argument("--title", default=None)
-    p.add_argument(
-        "--by",
-        help="one panel per value of these keys, comma-separated (task; env.id; a config group "
-        "takes the option each run chose, other keys their value)",
-    )
-    p.add_argument("--curves", default="policy", help="with --by: one curve per value of these")
-    a = p.parse_args(argv)
-    if len(a.dirs) == 1 and is_study(a.dirs[0]):  # rltool tune's study folder
+    if wants_help(argv):
+        print(help_text(PlotArgs, USAGE, ABOUT))
+        return 0
+    a = parse(PlotArgs, argv, "plot")
+    if len(a.folders) == 1 and is_study(a.folders[0]):  # rltool tune's study folder
         from rltool.cli.tune_plot import plot_study
 
-        out = plot_study(Path(a.dirs[0]), Path(a.out) if a.out else None)
+        out = plot_study(Path(a.folders[0]), Path(a.out) if a.out else None)
         print(f"rltool plot: study history and importances -> {out}")
         return 0
     unreadable = []
     try:
-        runs = find_runs(a.dirs, unreadable)
+        runs = find_runs(a.folders, unreadable)
     finally:
         warn_unreadable("plot", unreadable)
-    out = Path(a.out) if a.out else Path(a.dirs[0]) / "learning_curves.png"
+    out = Path(a.out) if a.out else Path(a.folders[0]) / "learning_curves.png"
     warnings: list[str] = []
-    title = a.title or " ".join(a.dirs)
+    title = a.title or " ".join(a.folders)
     if a.by:
-        curves = _keys(a.curves)
-        by_panel = group_runs(runs, _keys(a.by))
+        by_panel = group_runs(runs, a.by)
         warn_mixed("plot", by_panel)
-        panels = [(s.name, group_runs(s.runs, curves)) for s in by_panel]
+        panels = [(s.name, group_runs(s.runs, a.curves or None)) for s in by_panel]
         n = plot_panels(panels, out, a.metric, title, warnings)
         what = f"{len(panels)} panel(s), {n} curve(s)"
     else:
         what = f"{plot(group_runs(runs), out, a.metric, title, warnings)} setting(s)"
-    for w in warnings:  # once the plot is written (a refused --out stays one line)
+    for w in warnings:  # once the plot is written (a refused out= stays one line)
         print(f"rltool plot: warning: {w}", file=sys.stderr)
     print(f"rltool plot: {what} -> {out}")
     return 0
-
-
-def _keys(text: str) -> list[str]:
-    return [k.strip() for k in text.split(",") if k.strip()]
 
 
 MIN_POINTS = 3  # fewer eval points than this: a warning, and the training returns instead
@@ -84,7 +106,7 @@ def _check_out(plt, fig, out: Path) -> None:
     if out.suffix and out.suffix[1:].lower() not in kinds:
         plt.close(fig)
         raise UserError(
-            f"--out {out}: matplotlib cannot write {out.suffix} files: end the name with one of "
+            f"out={out}: matplotlib cannot write {out.suffix} files: end the name with one of "
             f"{', '.join('.' + k for k in sorted(kinds))}"
         )
 
@@ -135,7 +157,7 @@ def _save(plt, fig, out: Path) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(out)
     except OSError as e:
-        raise UserError(f"--out {out}: cannot write it ({e}): give a writable path") from None
+        raise UserError(f"out={out}: cannot write it ({e}): give a writable path") from None
     finally:
         plt.close(fig)
 

@@ -126,7 +126,7 @@ class Runner:
 
     def _trial_argv(self, number: int, trial_id: int, values: dict) -> list[str]:
         """Trial ``number``'s sweep: its folder, the search seeds, the pruning callback."""
-        folder, seeds = st.trial_dir(self.folder, number), st.search_seeds(self.opts.seeds)
+        folder, seeds = st.trial_dir(self.folder, number), self.opts.search_seeds()
         return self._sweep_argv(folder, seeds, values, self._callback(trial_id))
 
     def _callback(self, trial_id: int) -> list[str]:
@@ -188,10 +188,12 @@ class Runner:
         )
 
     def confirm(self, number: int) -> None:
-        """Trial ``number``'s settings on the held-out population (seeds 100-119)."""
+        """Trial ``number``'s settings on the held-out population (``population_seed0=``,
+        ``population_seeds=``)."""
         t = self._trial(number)
         folder = st.confirm_dir(self.folder, number)
-        train_cmd(self._sweep_argv(folder, list(st.POPULATION), t.params, []))
+        population = self.opts.population()
+        train_cmd(self._sweep_argv(folder, population, t.params, []))
         runs = find_runs([str(folder)])
         settings = group_runs(runs)
         for s in settings:  # one row; its name would be every sampled value, hundreds of columns
@@ -200,10 +202,14 @@ class Runner:
         # as the sweep ran them: the line pastes back as overrides of rltool train
         print(f"trial {number}: " + " ".join(self.trial_overrides(t.params)))
         print(
-            f"rltool tune: trial {number} on the held-out seeds {st.POPULATION[0]}-"
-            f"{st.POPULATION[-1]}: {self.objective} {self.objective.of_runs(runs):g} (search: "
-            f"{t.value:g} on seeds {st.SEARCH_SEED0}-{st.SEARCH_SEED0 + self.opts.seeds - 1})"
+            f"rltool tune: trial {number} on the held-out seeds {population[0]}-"
+            f"{population[-1]}: {self.objective} {self.objective.of_runs(runs):g} (search: "
+            f"{t.value:g} on seeds {self._seeds()})"
         )
+
+    def _seeds(self) -> str:
+        seeds = self.opts.search_seeds()
+        return f"{seeds[0]}-{seeds[-1]}"
 
     def export(self, path: Path) -> None:
         """The best trial's values as a ``conf/tuned/`` file (applied last, as ``tuned`` is)."""
@@ -215,7 +221,7 @@ class Runner:
         head = (
             f"# @package _global_\n# rltool tune: trial {best.number} of {self.folder} "
             f"(search={self.opts.search}, {self.objective} {best.value:g} on seeds "
-            f"{st.SEARCH_SEED0}-{st.SEARCH_SEED0 + self.opts.seeds - 1}); confirm it on the "
+            f"{self._seeds()}); confirm it on the "
             f"population before shipping: rltool tune ... confirm={best.number}\n"
         )
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -27,6 +27,7 @@ from rltool.tune.objective import Objective
 DB = "study.db"
 META = "study.json"
 STUDY_NAME = "rltool-tune"
+# defaults of rltool tune's seed0=, population_seed0=, population_seeds= (rltool/cli/tune.py)
 SEARCH_SEED0 = 200  # trial seeds are 200, 201, ...: the tuning seeds of the README
 MAX_SEEDS = 100  # so they stay below CI's learning-check seeds (300-302)
 POPULATION = tuple(range(100, 120))  # the held-out population: confirm=<trial>, never searched
@@ -46,8 +47,13 @@ def is_study(path) -> bool:
     return (Path(path) / META).is_file()
 
 
-def search_seeds(k: int) -> list[int]:
-    return list(range(SEARCH_SEED0, SEARCH_SEED0 + k))
+def search_seeds(k: int, first: int = SEARCH_SEED0) -> list[int]:
+    return list(range(first, first + k))
+
+
+def population(first: int = POPULATION[0], count: int = len(POPULATION)) -> list[int]:
+    """The held-out seeds of ``confirm=``."""
+    return list(range(first, first + count))
 
 
 @dataclass
@@ -60,6 +66,7 @@ class Meta:
     seeds: int
     pruner: str
     overrides: list[str] = field(default_factory=list)
+    seed0: int = SEARCH_SEED0  # the first search seed (a study.json without it: the default)
 
     def save(self, study: Path) -> None:
         (Path(study) / META).write_text(json.dumps(asdict(self), indent=2))
@@ -67,8 +74,9 @@ class Meta:
     def refuse_other(self, study: Path) -> None:
         """One line when ``study`` was made with something else (its first difference)."""
         old = json.loads((Path(study) / META).read_text())
+        defaults = {"seed0": SEARCH_SEED0}  # written before the key existed
         for k, v in asdict(self).items():
-            if old.get(k) != v:
+            if old.get(k, defaults.get(k)) != v:
                 what = "search space (its file changed)" if k == "space" else k
                 raise UserError(
                     f"study {study} was made with another {what} ({old.get(k)!r}, not {v!r}): "
