@@ -1,8 +1,9 @@
-"""Policies: MLP torsos, or memory torsos (LSTM / GRU / minGRU / FFM / TrXL), with actor, critic
-and Q heads."""
+"""Policies: MLP torsos, or memory torsos (LSTM / GRU / minGRU / FFM / TrXL, or a registered
+memory: ``rltool/memories.py``), with actor, critic and Q heads."""
 
 from rltool.modules.factory import make_policy
 from rltool.modules.ffm import FFMModule
+from rltool.modules.memory import Memory
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.policy import ActorCritic
 from rltool.modules.recurrent import GRUModule, LSTMModule, recurrent_mode
@@ -13,6 +14,7 @@ __all__ = [
     "FFMModule",
     "GRUModule",
     "LSTMModule",
+    "Memory",
     "MinGRUModule",
     "TrXLModule",
     "make_policy",
