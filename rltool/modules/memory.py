@@ -11,7 +11,7 @@ flat batches (n = prod(*B)):
   ``reset``; returns y [n, H] and the next states;
 - ``_scan(x [T, n, F], states [n, ...], is_init [T, n] bool, need_states)``: the whole sequence
   at once, cut at every ``is_init``; returns y [T, n, H] and the states after each step
-  ([T, n, ...]) or None.
+  ([T, n, ...]) or None. Optional: the default is the step loop.
 
 Sequential mode of a sequence is a Python loop of ``_step``; temporal mode is ``_scan``. The mode
 is ``sequential`` if the module is forced to it (config ``recurrent_mode=sequential``), else the
@@ -117,7 +117,8 @@ class Memory(nn.Module):
         raise NotImplementedError
 
     def _scan(self, x, states, is_init, need_states):
-        raise NotImplementedError
+        """The temporal mode; without a parallel form of its own a memory runs the step loop."""
+        return self._loop(x, states, is_init)
 
     # ---- TensorDict level ----
     def forward(self, td: TensorDictBase) -> TensorDictBase:
