@@ -3,10 +3,10 @@ memory: ``rltool/memories.py``), with actor, critic and Q heads."""
 
 from rltool.modules.factory import make_policy
 from rltool.modules.ffm import FFMModule
-from rltool.modules.memory import Memory
+from rltool.modules.memory import Memory, recurrent_mode
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.policy import ActorCritic
-from rltool.modules.recurrent import GRUModule, LSTMModule, recurrent_mode
+from rltool.modules.recurrent import GRUModule, LSTMModule
 from rltool.modules.trxl import TrXLModule
 
 __all__ = [

@@ -78,8 +78,8 @@ class Torso(nn.Module):
 class ActorCritic(nn.Module):
     """Actor (categorical or Gaussian) and critic, with separate or shared torsos; or, with
     ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``).
-    ``memory``: an optional factory of a user's memory module (see :class:`Torso`) in place of
-    LSTM/GRU."""
+    ``memory``: an optional factory of a memory module (see :class:`Torso`) in place of the one
+    of ``cfg.kind``."""
 
     def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic"), memory=None):
         super().__init__()
