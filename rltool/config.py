@@ -129,7 +129,12 @@ class PolicyConfig:
         """``memory`` -> the dataclass of ``kind``'s spec (rltool/memories.py), then the spec's
         own check; mlp has no memory (None, or an empty mapping)."""
         if self.kind == memories.NO_MEMORY:
-            check(not self.memory, "policy.memory", self.memory, "an mlp policy has no memory")
+            check(
+                not self.memory,
+                "policy.memory",
+                self.memory,
+                "an mlp policy has no memory: choose policy=mlp (not policy.kind=mlp alone)",
+            )
             self.memory = None
             return
         spec = memories.get(self.kind)

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from rltool.errors import ConfigError
+from rltool.errors import MOVED_KEYS, ConfigError
 
 NO_MEMORY = "mlp"  # policy.kind of the memoryless policy
 # the builder's own arguments: a memory's config may not use these names
@@ -204,6 +204,11 @@ MOVED = {
     "gate_bias": ("trxl", "gate_bias"),
     "gru_kernel": ("gru", "kernel"),
 }
+
+
+MOVED_KEYS.update(
+    {f"policy.{old}": f"policy.memory.{new} (policy={kind})" for old, (kind, new) in MOVED.items()}
+)
 
 
 def migrate(config: dict) -> dict:

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 import rltool
 from rltool import checkpoint as ckpt
 from rltool.cli import main
-from rltool.errors import ConfigError
+from rltool.errors import EXIT_USAGE, ConfigError
 from rltool.memories import MOVED, migrate
 
 DATA = ROOT / "tests" / "data" / "legacy_runs"
@@ -84,3 +84,11 @@ def test_a_flat_key_that_disagrees_with_its_new_place_is_one_line():
         migrate(config)
     msg = str(err.value)
     assert "policy.num_heads" in msg and "policy.memory.heads" in msg and "\n" not in msg
+
+
+def test_an_old_key_on_the_command_line_names_its_new_place(tmp_path, capsys):
+    args = ["train", "policy=trxl", "policy.num_heads=2", f"hydra.run.dir={tmp_path / 'run'}"]
+    assert main(args) == EXIT_USAGE
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'policy.num_heads': it moved to policy.memory.heads" in err[0]
+    assert not (tmp_path / "run").exists()
