@@ -9,13 +9,12 @@ change).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import MISSING
 
-from rltool import algos
+from rltool import algos, memories
 from rltool.errors import ConfigError
 
 
@@ -111,7 +110,8 @@ class EnvConfig:
 
 @dataclass
 class PolicyConfig:
-    kind: str = "mlp"  # mlp | lstm | gru | mingru | ffm | trxl
+    # mlp (no memory) | lstm | gru | mingru | ffm | trxl | <python.module>:<name> (a user's)
+    kind: str = "mlp"
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])  # MLP torso / heads
     encoder_sizes: list[int] = field(default_factory=list)  # MLP before the RNN
     hidden_size: int = 64  # memory width (RNN hidden size, TrXL model width)
@@ -126,22 +126,11 @@ class PolicyConfig:
     cnn: str = "auto"  # auto | small | nature
     cnn_features: int = 256  # the linear layer after the convolutions
     embed_dim: int = 8  # symbolic images (env.image=symbolic): embedding width per channel
-    # ffm: trace size m (null = hidden_size // 2) and context size c; state [layers, 2, m, c]
-    trace_size: int | None = None
-    context_size: int = 4
-    # trxl: attention over the last memory_window steps, num_heads heads, GTrXL gates if gated
-    memory_window: int = 16
-    num_heads: int = 4
-    gated: bool = True
-    # the gates' z = sigmoid(... - gate_bias): at 2 (GTrXL's) ~0.12 of the attention's output
-    # passes at first, at 0 half; larger starts closer to a memoryless policy
-    gate_bias: float = 2.0
-    # gru on CPU when training: torch's GRU (default) or rltool's (modules/gru_kernel.py, ~2x the
-    # fwd+bwd; the same maths, different last-bit rounding, so a seed's run differs)
-    gru_kernel: str = "torch"  # torch | rltool
+    # the memory's own keys (rltool/memories.py: the spec of policy.kind), listed in
+    # conf/policy/<kind>.yaml; a plain mapping here, the spec's dataclass after the checks
+    memory: Any = None
 
     def __post_init__(self):
-        check_choice("policy.kind", self.kind, ("mlp", "lstm", "gru", "mingru", "ffm", "trxl"))
         for n in [*self.hidden_sizes, *self.encoder_sizes]:
             check(n >= 1, "policy.hidden_sizes", n, "layer sizes must be >= 1")
         check(self.hidden_size >= 1, "policy.hidden_size", self.hidden_size, "must be >= 1")
@@ -154,30 +143,26 @@ class PolicyConfig:
             "observation" in self.inputs, "policy.inputs", self.inputs, "must include observation"
         )
         check_choice("policy.cnn", self.cnn, ("auto", "small", "nature"))
-        check_choice("policy.gru_kernel", self.gru_kernel, ("torch", "rltool"))
         check(self.cnn_features >= 1, "policy.cnn_features", self.cnn_features, "must be >= 1")
         check(self.embed_dim >= 1, "policy.embed_dim", self.embed_dim, "must be >= 1")
         self._check_memory()
 
     def _check_memory(self):
-        """The keys of the ffm and trxl memories (only checked for their own kind)."""
-        if self.kind == "ffm":
-            size = self.trace_size
-            check(size is None or size >= 1, "policy.trace_size", size, "must be >= 1 (or null)")
-            check(self.context_size >= 1, "policy.context_size", self.context_size, "must be >= 1")
-        if self.kind == "trxl":
-            window, heads = self.memory_window, self.num_heads
-            check(window >= 1, "policy.memory_window", window, "must be >= 1")
-            check(heads >= 1, "policy.num_heads", heads, "must be >= 1")
+        """``memory`` -> the dataclass of ``kind``'s spec (rltool/memories.py), then the spec's
+        own check; mlp has no memory (None, or an empty mapping)."""
+        if self.kind == memories.NO_MEMORY:
             check(
-                self.hidden_size % heads == 0,
-                "policy.num_heads",
-                heads,
-                f"policy.hidden_size={self.hidden_size} must split into that many heads "
-                "(a multiple of it)",
+                not self.memory,
+                "policy.memory",
+                self.memory,
+                "an mlp policy has no memory: choose policy=mlp (not policy.kind=mlp alone)",
             )
-            bias = self.gate_bias
-            check(math.isfinite(bias), "policy.gate_bias", bias, "must be a finite number")
+            self.memory = None
+            return
+        spec = memories.get(self.kind)
+        self.memory = memories.memory_config(spec, self.memory)
+        if spec.check is not None:
+            spec.check(self)
 
 
 @dataclass

@@ -48,16 +48,10 @@ def one_line(exc: BaseException) -> str:
         return f"unknown option {group}={name}: choose one of {names}{hint}"
     not_struct = re.search(r"Key '([^']+)' is not in struct", text)
     if not_struct:
-        return (
-            f"unknown config key '{_full_key(text) or not_struct.group(1)}': check the spelling"
-            " (rltool train --cfg job lists every key)"
-        )
+        return _unknown_key(_full_key(text) or not_struct.group(1))
     not_in = re.search(r"Key '([^']+)' not in '([^']+)'", text)
     if not_in:
-        return (
-            f"unknown config key '{_full_key(text) or not_in.group(1)}': check the spelling"
-            " (rltool train --cfg job lists every key)"
-        )
+        return _unknown_key(_full_key(text) or not_in.group(1))
     conv = re.search(r"Value '([^']*)' (?:of type '[^']+' )?could not be converted to (\w+)", text)
     if conv:
         key = _full_key(text) or "a key"
@@ -69,6 +63,16 @@ def one_line(exc: BaseException) -> str:
         return one_line(cause)
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return f"{type(exc).__name__}: {first}"
+
+
+# keys that moved: old dotted key -> its new place (filled by the config layer that moved them,
+# e.g. rltool/memories.py), so that an old command line is told where the key went
+MOVED_KEYS: dict[str, str] = {}
+
+
+def _unknown_key(key: str) -> str:
+    fix = f"it moved to {MOVED_KEYS[key]}" if key in MOVED_KEYS else "check the spelling"
+    return f"unknown config key '{key}': {fix} (rltool train --cfg job lists every key)"
 
 
 def _full_key(text: str) -> str | None:

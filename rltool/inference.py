@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rltool import algos, layout
+from rltool import algos, layout, memories
 from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
@@ -95,7 +95,7 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     loaded with ``weights_only=True`` (:func:`rltool.checkpoint.load`)."""
     path = checkpoint_path(run_dir, checkpoint)
     body = ckpt.load(path)
-    config, state = body["config"], body["state"]
+    config, state = memories.migrate(body["config"]), body["state"]  # older runs' layout too
     env_cfg, policy_cfg = _typed(EnvConfig, config["env"]), _typed(PolicyConfig, config["policy"])
     probe = make_env(env_cfg, num_envs=1, training=False, backend="sync")
     specs, obs_norm = probe.specs, probe.obs_norm  # a fresh normaliser of the run's layout

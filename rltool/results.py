@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from rltool import layout
+from rltool import layout, memories
 from rltool.errors import UserError
 from rltool.layout import RunFolder
 
@@ -56,7 +56,7 @@ class RunInfo:
 
     @cached_property
     def config(self) -> dict:
-        return _load_yaml(RunFolder(self.path).config)
+        return memories.migrate(_load_yaml(RunFolder(self.path).config))  # older runs too
 
     @cached_property
     def choices(self) -> dict:

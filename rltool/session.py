@@ -31,7 +31,7 @@ import torch
 from omegaconf import OmegaConf
 
 from rltool import checkpoint as ckpt
-from rltool import layout
+from rltool import layout, memories
 from rltool.config_store import is_safe
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
 
@@ -191,7 +191,7 @@ class Session:
         if path is None:
             raise UserError(f"resume={cfg.resume}: no checkpoint in {run_dir}: start a new run")
         body = ckpt.load(path)
-        cls._check_config(body["config"], _plain(cfg), path)
+        cls._check_config(memories.migrate(body["config"]), _plain(cfg), path)
         state, rng = unpack(body, run.comm, path)
         parts, folders = state_parts(run)
         try:

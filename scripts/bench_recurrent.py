@@ -20,7 +20,7 @@ temporal mode beside the LSTM's and ``nn.LSTM``, T = 128 / 512 / 2048, B = 16, h
 2% / 10% resets, and prints their stored state bytes per step.
 ``--cell gru`` times GRUModule the same way (GRUCell loop, nn.GRU). torch has no oneDNN GRU kernel
 on the CPU: its GRU runs the cell's ops step by step, so fwd+bwd costs ~3-4x the LSTM's. The first
-row is the loss path on rltool's own kernel (``policy.gru_kernel=rltool``, checked the same way),
+row is the loss path on rltool's own kernel (``policy.memory.kernel=rltool``, checked the same way),
 and a second table times that kernel against ``torch.gru`` on whole sequences of three shapes.
 "forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
 Reported: median ms per call, and the ratio to the lower bound of the same column.

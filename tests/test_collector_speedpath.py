@@ -21,7 +21,7 @@ POLICIES = [
     PolicyConfig(kind="lstm", hidden_size=8, num_layers=2, shared_torso=True),
     PolicyConfig(kind="mingru", hidden_size=8, num_layers=2),
     PolicyConfig(kind="ffm", hidden_size=8, inputs=["observation", "prev_action"]),
-    PolicyConfig(kind="trxl", hidden_size=8, memory_window=3, shared_torso=True),
+    PolicyConfig(kind="trxl", hidden_size=8, memory={"window": 3}, shared_torso=True),
 ]
 IDS = ["lstm", "gru-inputs", "lstm2-shared", "mingru2", "ffm-inputs", "trxl-shared"]
 

@@ -229,7 +229,11 @@ def stored_state(spec, B, g):
 def rnn_window(kind, T=6, B=3, burn_in=2, seed=0):
     g = torch.Generator().manual_seed(seed)
     cfg = PolicyConfig(
-        kind=kind, hidden_size=5, hidden_sizes=[], encoder_sizes=[], num_heads=1, memory_window=2
+        kind=kind,
+        hidden_size=5,
+        hidden_sizes=[],
+        encoder_sizes=[],
+        memory={"heads": 1, "window": 2} if kind == "trxl" else None,
     )
     torch.manual_seed(seed)
     policy = make_policy(cfg, SPECS, heads=("q",))

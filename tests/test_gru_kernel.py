@@ -70,8 +70,8 @@ def test_float32_stays_close_to_torch():
 
 
 def test_the_config_picks_the_kernel_and_refuses_others():
-    cfg = PolicyConfig(kind="gru", gru_kernel="rltool")
+    cfg = PolicyConfig(kind="gru", memory={"kernel": "rltool"})
     assert build_memory(cfg, 3).kernel == "rltool"
     assert build_memory(PolicyConfig(kind="gru"), 3).kernel == "torch"
-    with pytest.raises(ConfigError, match="policy.gru_kernel"):
-        PolicyConfig(kind="gru", gru_kernel="cudnn")
+    with pytest.raises(ConfigError, match="policy.memory.kernel"):
+        PolicyConfig(kind="gru", memory={"kernel": "cudnn"})

@@ -27,6 +27,7 @@ LAYERS = {
     "rltool/config.py": CONFIG,
     "rltool/config_store.py": CONFIG,  # the ConfigStore, conf/, to_config, resume-safe keys
     "rltool/algos/__init__.py": CONFIG,  # the registry
+    "rltool/memories.py": CONFIG,  # the memory registry: names, config schemas, lazy classes
     "rltool/algos/*/__init__.py": CONFIG,  # an algorithm's registration
     "rltool/algos/*/config.py": CONFIG,
     "rltool/envs/": COMPONENTS,
@@ -162,6 +163,7 @@ def test_the_table_places_the_planned_files():
     assert layer_of("rltool/algos/ppo/config.py") == CONFIG
     assert layer_of("rltool/algos/ppo/__init__.py") == CONFIG
     assert layer_of("rltool/algos/__init__.py") == CONFIG
+    assert layer_of("rltool/memories.py") == CONFIG
     assert layer_of("rltool/algos/dqn/algorithm.py") == ALGORITHMS
     assert layer_of("rltool/algos/base.py") == ALGORITHMS
     assert layer_of("rltool/envs/vector.py") == COMPONENTS

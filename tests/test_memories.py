@@ -18,6 +18,7 @@ from rltool.errors import ConfigError
 from rltool.modules.ffm import FFMModule
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.recurrent import recurrent_mode
+from rltool.modules.registry import build_memory
 from rltool.modules.trxl import TrXLModule
 from rltool.scan import chunked_scan
 
@@ -271,11 +272,11 @@ def test_tensordict_path_sequential_steps_equal_temporal(kind):
 
 
 BAD = [
-    ({"memory_window": 0}, "policy.memory_window=0"),
-    ({"hidden_size": 10, "num_heads": 4}, "policy.num_heads=4"),
-    ({"num_heads": 0}, "policy.num_heads=0"),
+    ({"memory": {"window": 0}}, "policy.memory.window=0"),
+    ({"hidden_size": 10, "memory": {"heads": 4}}, "policy.memory.heads=4"),
+    ({"memory": {"heads": 0}}, "policy.memory.heads=0"),
     ({"recurrent_mode": "temporal"}, "policy.recurrent_mode='temporal'"),
-    ({"gate_bias": float("nan")}, "policy.gate_bias=nan"),
+    ({"memory": {"gate_bias": float("nan")}}, "policy.memory.gate_bias=nan"),
 ]
 
 
@@ -292,8 +293,10 @@ def test_bad_trxl_settings_are_one_config_error_line(kw, name):
 def test_gate_bias_sets_how_much_of_the_attention_passes_at_first(bias):
     """With its weights at zero the gate is (1 - z) x + z tanh(0), z = sigmoid(-bias): the policy
     config's gate_bias reaches every gate of every block."""
-    cfg = PolicyConfig(kind="trxl", hidden_size=H, num_layers=2, num_heads=4, gate_bias=bias)
-    trxl = TrXLModule(F, H, 2, **TrXLModule.config_kwargs(cfg))
+    cfg = PolicyConfig(
+        kind="trxl", hidden_size=H, num_layers=2, memory={"heads": 4, "gate_bias": bias}
+    )
+    trxl = build_memory(cfg, F)
     x = torch.randn(5, H, dtype=torch.float64)
     for block in trxl.blocks:
         for gate in block.gates:

@@ -14,7 +14,7 @@ TOL = dict(rtol=0, atol=1e-8)
 
 
 class KernelGRU(GRUModule):
-    """GRUModule on rltool's own CPU kernel (``policy.gru_kernel=rltool``): every test below
+    """GRUModule on rltool's own CPU kernel (``policy.memory.kernel=rltool``): every test below
     holds it to the same per-episode GRUCell reference."""
 
     def __init__(self, *args, **kwargs):

@@ -19,14 +19,18 @@ CASES = [
     ("lstm", True, {}),
     ("gru", False, {}),
     ("gru", True, {}),
-    ("gru", True, {"gru_kernel": "rltool"}),  # the loss on rltool's kernel, acting on torch's
+    (
+        "gru",
+        True,
+        {"memory": {"kernel": "rltool"}},
+    ),  # the loss on rltool's kernel, acting on torch's
     ("lstm", False, {"num_layers": 2}),
     ("gru", False, {"recurrent_mode": "sequential"}),  # the loss runs the step loop
     ("sum", False, {}),  # a user's memory module
     ("mingru", False, {}),
     ("ffm", False, {}),
     ("trxl", False, {}),
-    ("trxl", True, {"memory_window": 4}),  # the window fills and slides within the rollout
+    ("trxl", True, {"memory": {"window": 4}}),  # the window fills and slides within the rollout
 ]
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from rltool import memories
 from rltool.config_store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options
 from rltool.errors import UserError
 from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
@@ -129,7 +130,7 @@ def _saved_config(run_dir: Path) -> dict:
         raise UserError(f"{path} is not readable YAML ({e}): restore it") from None
     if not isinstance(saved, dict):
         raise UserError(f"{path} does not hold a config: restore it")
-    return saved
+    return memories.migrate(saved)  # a run started before the memory keys moved
 
 
 def _bases(saved: dict) -> dict[str, str]:

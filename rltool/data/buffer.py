@@ -4,7 +4,7 @@ Storage: a TensorDict of batch [rows, B] (rows = size // B), in memory or memory
 written by :meth:`ReplayBuffer.extend` with whole [T, B] rollouts in collection order. A window is
 ``window`` consecutive steps of one column; it never crosses the write head (where the newest data
 meets the oldest), so inside a window time is continuous and every episode start carries the
-``is_init`` the collector stored (the recurrent module resets there). A recurrent state is stored
+``is_init`` the collector stored (the memory module resets there). A recurrent state is stored
 at every step (the state before it), so any window starts from its stored state.
 
 A sample is a TensorDict [window, N] with ``mask`` [window, N, 1] (True on the ``loss_steps``

@@ -1,11 +1,12 @@
-"""Policies: MLP torsos, or memory torsos (LSTM / GRU / minGRU / FFM / TrXL), with actor, critic
-and Q heads."""
+"""Policies: MLP torsos, or memory torsos (LSTM / GRU / minGRU / FFM / TrXL, or a registered
+memory: ``rltool/memories.py``), with actor, critic and Q heads."""
 
 from rltool.modules.factory import make_policy
 from rltool.modules.ffm import FFMModule
+from rltool.modules.memory import Memory, recurrent_mode
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.policy import ActorCritic
-from rltool.modules.recurrent import GRUModule, LSTMModule, recurrent_mode
+from rltool.modules.recurrent import GRUModule, LSTMModule
 from rltool.modules.trxl import TrXLModule
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "FFMModule",
     "GRUModule",
     "LSTMModule",
+    "Memory",
     "MinGRUModule",
     "TrXLModule",
     "make_policy",

@@ -12,5 +12,6 @@ def make_policy(
 ) -> ActorCritic:
     """``heads``: what the algorithm trains (its ``AlgoSpec.heads``): ``actor`` and ``critic``,
     or ``q``. ``memory``: a user's memory module factory ``(input_size, state_prefix) -> module``
-    in place of the memory of ``cfg.kind``."""
+    in place of the memory of ``cfg.kind`` (a registered memory is simpler: ``rltool/memories.py``,
+    chosen by ``policy.kind``, also from the command line)."""
     return ActorCritic(specs, cfg, heads, memory)

@@ -86,17 +86,13 @@ class FFMModule(Memory):
         context_size: int = 4,
         **kw,
     ):
-        super().__init__(input_size, hidden_size, **kw)
+        super().__init__(input_size, hidden_size, num_layers, **kw)
         self.trace = trace_size or max(1, hidden_size // 2)
-        self.context, self.num_layers = context_size, num_layers
+        self.context = context_size
         self.layers = nn.ModuleList(
             _FFMLayer(input_size if i == 0 else hidden_size, hidden_size, self.trace, context_size)
             for i in range(num_layers)
         )
-
-    @staticmethod
-    def config_kwargs(cfg) -> dict:
-        return {"trace_size": cfg.trace_size, "context_size": cfg.context_size}
 
     @property
     def state_specs(self) -> dict:

@@ -13,7 +13,7 @@ The maths is torch's GRU (gates in the order r, z, n)::
     n = tanh(gi_n + r * (W_hn h + b_hn))  h' = (1 - z) * n + z * h = lerp(n, h, z)
 
 with gi = W_i x + b_i. Results equal torch's to rounding (tests/test_gru_kernel.py, float64:
-1e-10). GRUModule uses it when ``policy.gru_kernel=rltool``.
+1e-10). GRUModule uses it when ``policy.memory.kernel=rltool``.
 """
 
 from __future__ import annotations

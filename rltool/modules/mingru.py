@@ -38,8 +38,7 @@ class MinGRUModule(Memory):
     default_state_keys = (K.RECURRENT_STATE_H,)
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, **kw):
-        super().__init__(input_size, hidden_size, **kw)
-        self.num_layers = num_layers
+        super().__init__(input_size, hidden_size, num_layers, **kw)
         self.layers = nn.ModuleList(
             nn.Linear(input_size if i == 0 else hidden_size, 2 * hidden_size)
             for i in range(num_layers)

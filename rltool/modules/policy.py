@@ -38,11 +38,12 @@ INPUT_KEYS = {
 class Torso(nn.Module):
     """x [.., F] -> features [.., out]: an MLP, or encoder MLP -> memory -> MLP.
 
-    The memory is the one of ``cfg.kind`` (``rltool/modules/registry.py``), or a user's module
-    built by ``memory(input_size, state_prefix)``. What the torso needs of it: ``state_keys`` and
-    ``state_specs`` (any names, shapes, dtypes), ``hidden_size`` (width of its output), ``mode``
-    ("sequential" | "temporal", how ``forward(td)`` reads a TensorDict) and
-    ``run(x, states, is_init, time_dim, need_states)`` as :meth:`RecurrentModule.run`."""
+    The memory is the one of ``cfg.kind`` (the registry of ``rltool/memories.py``, built by
+    ``rltool/modules/registry.py``), or a module built by ``memory(input_size, state_prefix)``.
+    What the torso needs of it: ``state_keys`` and ``state_specs`` (any names, shapes, dtypes),
+    ``hidden_size`` (width of its output), ``mode`` ("sequential" | "temporal", how
+    ``forward(td)`` reads a TensorDict) and ``run(x, states, is_init, time_dim, need_states)`` as
+    :meth:`rltool.modules.memory.Memory.run`."""
 
     def __init__(self, in_features: int, cfg: PolicyConfig, state_prefix: str = "", memory=None):
         super().__init__()
@@ -77,8 +78,8 @@ class Torso(nn.Module):
 class ActorCritic(nn.Module):
     """Actor (categorical or Gaussian) and critic, with separate or shared torsos; or, with
     ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``).
-    ``memory``: an optional factory of a user's memory module (see :class:`Torso`) in place of
-    LSTM/GRU."""
+    ``memory``: an optional factory of a memory module (see :class:`Torso`) in place of the one
+    of ``cfg.kind``."""
 
     def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic"), memory=None):
         super().__init__()

@@ -15,44 +15,26 @@ Modes:
   Per-step states (needed only by the TensorDict path) are the layer outputs and, for the LSTM
   cell state, a parallel scan of ``c_t = f_t * c_{t-1} + i_t * g_t`` in the [T, B] layout.
 
-The mode is: ``sequential`` if the module is forced to it (config ``recurrent_mode=sequential``),
-else the active :func:`recurrent_mode` context, else the module's ``default_mode``.
+The mode, the leading-dim flattening, the step loop and the TensorDict path are the base class's
+(:class:`rltool.modules.memory.Memory`); this file holds the fused per-layer calls.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
-import contextvars
-import math
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
 from torch import nn
 from torch.nn import functional as F
 
 from rltool import keys as K
 from rltool.modules.gru_kernel import gru_sequence
+from rltool.modules.memory import Memory, recurrent_mode
 from rltool.scan import linear_scan
 from rltool.specs import Spec
 
-MODES = ("sequential", "temporal")
-_ACTIVE_MODE: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "rltool_rnn_mode", default=None
-)
-
-
-@contextlib.contextmanager
-def recurrent_mode(mode: str):
-    """Run recurrent modules in ``mode`` ("sequential" | "temporal") inside the block."""
-    if mode not in MODES:
-        raise ValueError(f"unknown recurrent mode {mode!r}: choose one of {', '.join(MODES)}")
-    token = _ACTIVE_MODE.set(mode)
-    try:
-        yield
-    finally:
-        _ACTIVE_MODE.reset(token)
+__all__ = ["GRUModule", "LSTMModule", "RecurrentModule", "recurrent_mode"]  # the mode: memory.py
 
 
 def _chunk_bounds(length: list[int], call_cost: float) -> tuple[list[int], list[int]]:
@@ -143,23 +125,10 @@ def _weights(layer: nn.RNNBase) -> tuple[torch.Tensor, ...]:
     return (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)
 
 
-def set_memory_interface(
-    module, input_size, hidden_size, in_keys, out_keys, state_keys, default_mode, force_sequential
-) -> None:
-    """The attributes every memory module carries (sizes, keys, default mode), checked once."""
-    if default_mode not in MODES:
-        raise ValueError(f"unknown recurrent mode {default_mode!r}")
-    module.input_size, module.hidden_size = input_size, hidden_size
-    module.in_keys, module.out_keys = list(in_keys), list(out_keys)
-    module.state_keys = list(state_keys or module.default_state_keys)
-    module.default_mode, module.force_sequential = default_mode, force_sequential
-
-
-class RecurrentModule(nn.Module):
+class RecurrentModule(Memory):
     """Base of :class:`LSTMModule` and :class:`GRUModule` (one fused torch RNN per layer)."""
 
     rnn_cls: type[nn.RNNBase]
-    default_state_keys: tuple[str, ...]
 
     def __init__(
         self,
@@ -172,11 +141,10 @@ class RecurrentModule(nn.Module):
         default_mode: str = "sequential",
         force_sequential: bool = False,
     ):
-        super().__init__()
-        set_memory_interface(
-            self,
+        super().__init__(
             input_size,
             hidden_size,
+            num_layers,
             in_keys,
             out_keys,
             state_keys,
@@ -187,7 +155,6 @@ class RecurrentModule(nn.Module):
             self.rnn_cls(input_size if i == 0 else hidden_size, hidden_size)
             for i in range(num_layers)
         )
-        self.num_layers = num_layers
         self.call_cost = 128.0  # a fused call costs about as much as this many lane-steps (CPU)
         self._lanes_cache: tuple | None = None  # (is_init, its identity, lanes or None)
 
@@ -195,63 +162,20 @@ class RecurrentModule(nn.Module):
     def state_specs(self) -> dict:
         return {k: Spec((self.num_layers, self.hidden_size)) for k in self.state_keys}
 
-    @property
-    def mode(self) -> str:
-        if self.force_sequential:
-            return "sequential"
-        return _ACTIVE_MODE.get() or self.default_mode
-
-    # ---- tensor level ----
-    def run(
-        self,
-        x: torch.Tensor,
-        states: tuple[torch.Tensor, ...],
-        is_init: torch.Tensor,
-        time_dim: bool,
-        need_states: bool = True,
-    ):
-        """One step (``time_dim=False``: x [*B, F], states [*B, L, H], is_init [*B, 1]) or a
-        sequence (x [T, *B, F], states at t=0 [*B, L, H], is_init [T, *B, 1]).
-        Returns y [.., H] and the next states ([.., L, H] per step; None when a sequence is run
-        with ``need_states=False``)."""
-        if not time_dim:
-            return self._step(x, states, is_init)
-        lead = x.shape[1:-1]
-        n = math.prod(lead)
-        x = x.reshape(x.shape[0], n, x.shape[-1])
-        states = tuple(s.reshape(n, *s.shape[-2:]) for s in states)
-        is_init = is_init.reshape(x.shape[0], n)
-        if self.mode == "sequential":
-            y, nxt = self._loop(x, states, is_init)
-        else:
-            y, nxt = self._temporal(x, states, is_init, need_states)
-        y = y.reshape(x.shape[0], *lead, -1)
-        if nxt is not None:
-            nxt = tuple(s.reshape(x.shape[0], *lead, *s.shape[-2:]) for s in nxt)
-        return y, nxt
-
-    def _step(self, x, states, is_init):
-        lead, n = x.shape[:-1], math.prod(x.shape[:-1])
-        reset = is_init.reshape(n, 1, 1)
-        states = [s.reshape(n, *s.shape[-2:]).masked_fill(reset, 0.0) for s in states]
-        h, per_layer = x.reshape(n, x.shape[-1]), []
+    # ---- tensor level (Memory.run flattens the leading dims) ----
+    def _step(self, x, states, reset):
+        """One step: x [n, F], states [n, L, H], reset [n] -> y [n, H], next states [n, L, H]."""
+        states = [s.masked_fill(reset.view(-1, 1, 1), 0.0) for s in states]
+        h, per_layer = x, []
         for i, layer in enumerate(self.layers):
             hn = self._cell(layer, h, tuple(s[:, i] for s in states))
             per_layer.append(hn)
             h = hn[0]
-        nxt = [torch.stack([hn[k] for hn in per_layer], 1) for k in range(len(states))]
-        return h.reshape(*lead, -1), tuple(s.reshape(*lead, *s.shape[-2:]) for s in nxt)
+        return h, tuple(torch.stack([hn[k] for hn in per_layer], 1) for k in range(len(states)))
 
-    def _loop(self, x, states, is_init):
-        ys, nxts = [], []
-        for t in range(x.shape[0]):
-            y, states = self._step(x[t], states, is_init[t].unsqueeze(-1))
-            ys.append(y)
-            nxts.append(states)
-        return torch.stack(ys), tuple(torch.stack(s) for s in zip(*nxts, strict=True))
-
-    def _temporal(self, x, states, is_init, need_states):
-        """x [T, N, F], states at t=0 [N, L, H], is_init [T, N]."""
+    def _scan(self, x, states, is_init, need_states):
+        """The temporal mode: x [T, N, F], states at t=0 [N, L, H], is_init [T, N] -> y
+        [T, N, H] and the states after each step [T, N, L, H] (or None)."""
         states = [s.masked_fill(is_init[0].view(-1, 1, 1), 0.0) for s in states]
         lanes = self._lanes(is_init)
         h = lanes.split(x) if lanes else [x]
@@ -309,26 +233,17 @@ class RecurrentModule(nn.Module):
         t=0 init [N, H] (zero where reset) and keep [T, N, 1] (0 at resets)."""
         raise NotImplementedError
 
-    # ---- TensorDict level ----
-    def forward(self, td: TensorDictBase) -> TensorDictBase:
-        """Reads ``in_keys`` (concatenated), the state keys and ``is_init``; writes ``out_keys[0]``
-        and ``("next", state_key)``. Temporal mode expects td of batch [T, *B], else [*B]."""
-        missing = [k for k in self.state_keys if k not in td.keys(include_nested=True)]
-        if missing:
-            raise KeyError(
-                f"{type(self).__name__}: state key(s) {missing} missing from the input; "
-                "the collector (or the caller) must provide the state before the step"
-            )
-        x = torch.cat([td.get(k) for k in self.in_keys], -1)
-        states = tuple(td.get(k) for k in self.state_keys)
-        temporal = self.mode == "temporal"
-        if temporal:
-            states = tuple(s[0] for s in states)
-        y, nxt = self.run(x, states, td.get(K.IS_INIT), time_dim=temporal)
-        td.set(self.out_keys[0], y)
-        for key, s in zip(self.state_keys, nxt, strict=True):
-            td.set(K.nxt(key), s)
-        return td
+    def _flags(self) -> tuple:
+        """The fused op's arguments after its weights, in the order of ``aten::lstm.input(Tensor
+        input, Tensor[] hx, Tensor[] params, bool has_biases, int num_layers, float dropout,
+        bool train, bool bidirectional, bool batch_first)`` (``aten::gru.input``: the same with
+        one hx Tensor); the LSTM and the GRU pass the same."""
+        has_biases, num_layers, dropout = True, 1, 0.0  # one layer per call: _scan stacks them
+        # cuDNN's backward needs the training forward; with dropout 0 the flag changes no number
+        # (torch's CPU kernels, oneDNN's LSTM included: the same outputs and gradients)
+        train = self.training
+        bidirectional, batch_first = False, False  # time-major [T, n, F]
+        return has_biases, num_layers, dropout, train, bidirectional, batch_first
 
 
 class LSTMModule(RecurrentModule):
@@ -336,7 +251,7 @@ class LSTMModule(RecurrentModule):
     default_state_keys = (K.RECURRENT_STATE_H, K.RECURRENT_STATE_C)
 
     def _call(self, layer, x, state):
-        y, h, c = torch.lstm(x, state, _weights(layer), True, 1, 0.0, self.training, False, False)
+        y, h, c = torch.lstm(x, state, _weights(layer), *self._flags())
         return y, (h, c)
 
     def _cell(self, layer, x, state):
@@ -363,17 +278,14 @@ class GRUModule(RecurrentModule):
 
     def __init__(self, *args, kernel: str = "torch", **kwargs):
         super().__init__(*args, **kwargs)
-        self.kernel = kernel  # "rltool": gru_kernel.py's sequence on CPU (config policy.gru_kernel)
-
-    @staticmethod
-    def config_kwargs(cfg) -> dict:
-        return {"kernel": cfg.gru_kernel}
+        # "rltool": gru_kernel.py's sequence on CPU (config policy.memory.kernel)
+        self.kernel = kernel
 
     def _call(self, layer, x, state):
         if self.kernel == "rltool" and x.device.type == "cpu":
             y, h = gru_sequence(x, state[0], *_weights(layer))
         else:
-            y, h = torch.gru(x, state[0], _weights(layer), True, 1, 0.0, False, False, False)
+            y, h = torch.gru(x, state[0], _weights(layer), *self._flags())
         return y, (h,)
 
     def _cell(self, layer, x, state):

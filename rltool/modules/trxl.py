@@ -100,28 +100,19 @@ class TrXLModule(Memory):
         **kw,
     ):
         if window < 1:
-            raise ConfigError(f"policy.memory_window={window!r} is invalid: must be >= 1")
+            raise ConfigError(f"policy.memory.window={window!r} is invalid: must be >= 1")
         if heads < 1 or hidden_size % heads:
             raise ConfigError(
-                f"policy.num_heads={heads!r} is invalid: policy.hidden_size={hidden_size} "
+                f"policy.memory.heads={heads!r} is invalid: policy.hidden_size={hidden_size} "
                 "must split into that many heads (a multiple of it)"
             )
-        super().__init__(input_size, hidden_size, **kw)
-        self.num_layers, self.window = num_layers, window
+        super().__init__(input_size, hidden_size, num_layers, **kw)
+        self.window = window
         self.proj = nn.Linear(input_size, hidden_size)
         self.blocks = nn.ModuleList(
             _Block(hidden_size, heads, window, gated, gate_bias) for _ in range(num_layers)
         )
         self.norm = nn.LayerNorm(hidden_size)
-
-    @staticmethod
-    def config_kwargs(cfg) -> dict:
-        return {
-            "window": cfg.memory_window,
-            "heads": cfg.num_heads,
-            "gated": cfg.gated,
-            "gate_bias": cfg.gate_bias,
-        }
 
     @property
     def state_specs(self) -> dict:
