@@ -51,13 +51,13 @@ ENV_SUITES: dict[str, tuple[str, str] | None] = {
 
 @dataclass
 class EnvConfig:
-    id: str = "CartPole-v1"
+    id: str = "CartPole-v1"  # a gymnasium id, module:Id for a user's env, or a suite's short name
     # how a short env.id is read: gym (as given) | popgym (RepeatPreviousEasy ->
     # popgym:popgym-RepeatPreviousEasy-v0) | minigrid (MemoryS7 -> minigrid:MiniGrid-MemoryS7-v0)
     # | atari (Pong -> ale_py:ALE/Pong-v5, with gymnasium's AtariPreprocessing)
     suite: str = "gym"
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    num_envs: int = 8
+    kwargs: dict[str, Any] = field(default_factory=dict)  # keyword arguments of gym.make
+    num_envs: int = 8  # envs stepped together (the B of [T, B])
     backend: str = "sync"  # sync | async (gymnasium's) | envpool (pip install 'rltool[envpool]')
     # indices of the flat observation that the agent sees; null = all (a POMDP mask otherwise)
     obs_keep: list[int] | None = None
@@ -67,15 +67,15 @@ class EnvConfig:
     # what image entries hold: pixels (intensities, scaled to [0, 1] in the policy) or symbolic
     # (codes such as MiniGrid's object / colour / state, embedded per channel); never guessed
     image: str = "pixels"
-    max_episode_steps: int | None = None
+    max_episode_steps: int | None = None  # a time limit (truncation); null: the env's own
     # the last this many observations stacked on a new first axis (1: none); env=atari: mlp only
     frame_stack: int = 1
-    normalize_obs: bool = False
+    normalize_obs: bool = False  # scale observations by running mean and variance
     # the running observation statistics learn from this many frames, then stay fixed (null:
     # always): later, the policy's own drift would move them and shift what it sees
     normalize_obs_frames: int | None = None
-    normalize_reward: bool = False
-    clip_obs: float = 10.0
+    normalize_reward: bool = False  # scale rewards by the running std of discounted returns
+    clip_obs: float = 10.0  # normalised observations are clipped to [-this, this]
 
     def __post_init__(self):
         check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
@@ -117,10 +117,11 @@ class PolicyConfig:
     hidden_size: int = 64  # memory width (RNN hidden size, TrXL model width)
     num_layers: int = 1  # memory layers
     shared_torso: bool = False  # critic shares the actor's torso (and RNN)
+    # what the policy reads each step: observation, and prev_action / prev_reward (zero at is_init)
     inputs: list[str] = field(default_factory=lambda: ["observation"])
     recurrent_mode: str = "auto"  # auto | sequential
     activation: str = "tanh"  # tanh | relu
-    init_log_std: float = 0.0
+    init_log_std: float = 0.0  # Gaussian heads (continuous actions): the initial log std
     dueling: bool = False  # Q heads only: Q = V + A - mean(A)
     # image observations: auto = the Nature CNN from 64 px up, a small 2x2 stack below
     cnn: str = "auto"  # auto | small | nature
@@ -174,8 +175,8 @@ class BufferConfig:
     size: int = 100_000  # capacity in transitions (all envs together)
     batch_size: int = 64  # transitions (MLP) or sequences (recurrent) per update
     seq_len: int = 20  # recurrent policies: steps per sampled sequence, burn-in included
-    burn_in: int = 0
-    prioritized: bool = False
+    burn_in: int = 0  # first steps of each sequence that only warm the state (no loss)
+    prioritized: bool = False  # prioritized replay (|td error|), with importance weights
     alpha: float = 0.6  # priority exponent
     beta: float = 0.4  # importance-weight exponent
     priority_eta: float = 0.9  # sequence priority: eta * max + (1 - eta) * mean |td error|
@@ -220,10 +221,10 @@ class CollectorConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-3
-    eps: float = 1e-5
+    lr: float = 1e-3  # Adam's learning rate
+    eps: float = 1e-5  # Adam's epsilon
     anneal_lr: bool = True  # linear decay to 0 over total_frames
-    max_grad_norm: float | None = 0.5
+    max_grad_norm: float | None = 0.5  # clip the gradient's global norm; null: no clipping
     # steps with a non-finite loss or gradient are skipped; this many in a row stop the run
     max_nonfinite_steps: int = 10
     # Adam's fused kernel (CPU, CUDA; elsewhere foreach): ~3x faster steps, the same algorithm,
@@ -260,10 +261,10 @@ class WandbLoggerConfig:
     mode: str = "online"  # online | offline | disabled; online falls back to offline without
     # an API key or network (never blocks)
     project: str = "rltool"
-    entity: str | None = None
+    entity: str | None = None  # the wandb team or user; null: the account's default
     group: str | None = None  # null: the sweep folder in a multirun (one group per sweep)
     name: str | None = None  # null: the job's overrides in a multirun, else the run folder
-    tags: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)  # wandb run tags
     init_timeout_s: float = 30.0  # online only
 
     def __post_init__(self):
@@ -368,9 +369,9 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     resume: str | None = None  # a run folder to continue (rltool train resume=<run_dir>)
-    seed: int = 0
-    total_frames: int = 100_000
-    num_threads: int = 1
+    seed: int = 0  # seeds python, numpy, torch and the envs (eval envs: + eval.seed_offset)
+    total_frames: int = 100_000  # the budget: env steps of all envs together
+    num_threads: int = 1  # torch intra-op threads (1: fastest for these small models)
 
     def __post_init__(self):
         check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")

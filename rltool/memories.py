@@ -150,7 +150,7 @@ class GRUConfig:
 class FFMConfig:
     # trace size m (null = hidden_size // 2) and context size c; state [layers, 2, m, c]
     trace_size: int | None = 32
-    context_size: int = 4
+    context_size: int = 4  # c: the context size of each trace
 
     def __post_init__(self):
         size = self.trace_size
@@ -162,8 +162,8 @@ class FFMConfig:
 class TrXLConfig:
     # attention over the last `window` steps, `heads` heads, GTrXL gates if gated
     window: int = 16
-    heads: int = 4
-    gated: bool = True
+    heads: int = 4  # attention heads; policy.hidden_size must be a multiple
+    gated: bool = True  # GTrXL's GRU-type gates instead of residual adds
     # the gates' z = sigmoid(... - gate_bias): at 2 (GTrXL's) ~0.12 of the attention's output
     # passes at first, at 0 half; larger starts closer to a memoryless policy
     gate_bias: float = 2.0

@@ -10,7 +10,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import rltool
-from rltool import algos
+from rltool import algos, memories
 from rltool.config import (
     BufferConfig,
     CollectorConfig,
@@ -97,3 +97,9 @@ def test_the_schemas_have_no_field_without_a_default():
             assert f.default is not dataclasses.MISSING or (
                 f.default_factory is not dataclasses.MISSING
             ), f"{schema.__name__}.{f.name}"
+
+
+@pytest.mark.parametrize("name", [s.name for s in memories.specs()])
+def test_a_memorys_option_lists_its_schemas_defaults(name):
+    """``policy=<kind>`` sets ``policy.memory`` to the memory's schema defaults, key for key."""
+    assert rltool.compose(f"policy={name}").policy.memory == memories.get(name).config()

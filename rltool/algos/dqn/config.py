@@ -14,7 +14,7 @@ class DQNConfig:
     collector's 128 frames per batch; the rest of a combination's needs are in
     ``conf/tuned/<env>_<policy>_dqn.yaml``)."""
 
-    name: str = "dqn"
+    name: str = "dqn"  # the algorithm (set by loss=dqn)
     gamma: float = 0.98  # 0.99: Q climbed past 1/(1-gamma) = 100 (to 156), the greedy policy fell
     # 3-step targets: with 1-step ones the final greedy policy drifted off the track on half of
     # the tuning seeds, its Q near 1/(1-gamma) all the way to the edge (the end is past the
@@ -26,14 +26,14 @@ class DQNConfig:
     reduction: str = "mean"  # mean | sum over the batch
     target_update: str = "hard"  # hard (copy every target_update_every updates) | soft (tau)
     target_update_every: int = 64  # one copy per collected batch of updates
-    tau: float = 0.005
+    tau: float = 0.005  # target_update=soft: target <- tau * online + (1 - tau) * target
     utd_ratio: int = 64  # gradient updates per collected batch
     warmup_frames: int = 1000  # frames collected before the first update
     eps_start: float = 1.0  # epsilon-greedy, linear from eps_start to eps_end over eps_frames
     # 0.1, not rl-zoo's 0.04: on tuning seeds 230-249 19 of 20 ended >= 450 (0.04: 18, min 328),
     # on the population 19 of 20 (0.04: 16); README, "Learning results: populations of seeds"
     eps_end: float = 0.1
-    eps_frames: int = 8000
+    eps_frames: int = 8000  # frames over which epsilon anneals
 
     def __post_init__(self):
         check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")

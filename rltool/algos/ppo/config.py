@@ -15,21 +15,21 @@ class PPOConfig:
     1e-3 annealed): 20 epochs of one minibatch, gamma 0.98, lambda 0.8, the clip annealed; it
     also fits the memory task (conf/tuned/cartpole_pomdp_*_ppo.yaml change what it needs)."""
 
-    name: str = "ppo"
-    gamma: float = 0.98
-    gae_lambda: float = 0.8
-    clip_epsilon: float = 0.2
+    name: str = "ppo"  # the algorithm (set by loss=ppo)
+    gamma: float = 0.98  # discount
+    gae_lambda: float = 0.8  # GAE's lambda
+    clip_epsilon: float = 0.2  # the ratio's clip range [1 - this, 1 + this]
     anneal_clip: bool = True  # clip epsilon decays linearly to 0 over total_frames
     clip_value: float | None = None  # value clipping range; null = off
-    normalize_advantage: bool = True
-    entropy_coef: float = 0.0
+    normalize_advantage: bool = True  # per minibatch: zero mean, unit std
+    entropy_coef: float = 0.0  # weight of the entropy bonus
     # an entropy bonus decays with the clip and the lr (entropy_coef 0 by default: no bonus)
     anneal_entropy: bool = True
-    value_coef: float = 0.5
+    value_coef: float = 0.5  # weight of the value loss
     # how the loss terms reduce over the batch: mean | sum (the loss classes also take "none",
     # a library option for per-element terms; a training step needs a scalar)
     reduction: str = "mean"
-    epochs: int = 20
+    epochs: int = 20  # passes over each rollout
     num_minibatches: int = 1  # per epoch; recurrent policies split the env columns
     target_kl: float | None = None  # stop a batch's epochs once approx_kl > 1.5x this; null = off
     sampler: str = "auto"  # auto | steps | sequences
