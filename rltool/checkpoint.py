@@ -17,9 +17,8 @@ Two protocols plug state in (see :func:`save` / :func:`load`):
 - *folder savers*: ``save(path)`` writes a folder (path does not exist yet), ``load(path)`` reads it
   back without unpickling.
 
-Test hook: ``RLTOOL_CHECKPOINT_KILL=<point>[@<n>]`` sends SIGKILL to this process at ``point``
-(one of :data:`KILL_POINTS`) of its n-th write (default 1st); :data:`test_hook` is called at each
-point in-process.
+Fault points (tests: ``RLTOOL_CHECKPOINT_KILL``, see :mod:`rltool._faults`): ``checkpoint.start``
+and ``checkpoint.<step>`` at each step of :data:`~rltool._faults.CHECKPOINT_STEPS`.
 """
 
 from __future__ import annotations
@@ -27,38 +26,23 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from rltool import layout
+from rltool import _faults, layout
 from rltool.errors import UserError
 
 FORMAT = "rltool-checkpoint"
 VERSION = 1
 POINTER = layout.LATEST
-KILL_POINTS = ("after_temp_write", "after_fsync", "after_rename", "before_pointer")
 _NAME = layout.CHECKPOINT_PATTERN
-
-test_hook: Callable[[str], None] | None = None
-_writes = 0
 
 
 def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / layout.CHECKPOINTS
-
-
-def _point(name: str) -> None:
-    if test_hook is not None:
-        test_hook(name)
-    spec = os.environ.get("RLTOOL_CHECKPOINT_KILL")
-    if spec:
-        point, _, nth = spec.partition("@")
-        if point == name and _writes == int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -84,13 +68,13 @@ def atomic_write(path: Path, write: Callable, points: bool = False) -> None:
         write(f)
         f.flush()
         if points:
-            _point("after_temp_write")
+            _faults.point("checkpoint.after_temp_write")
         os.fsync(f.fileno())
     if points:
-        _point("after_fsync")
+        _faults.point("checkpoint.after_fsync")
     os.replace(tmp, path)
     if points:
-        _point("after_rename")
+        _faults.point("checkpoint.after_rename")
     _fsync_dir(path.parent)
 
 
@@ -121,8 +105,7 @@ def save(
 ) -> Path:
     """Writes checkpoint ``frames`` (payload: tensors and plain containers; ``folders``: name ->
     folder saver) atomically, points ``latest`` at it and keeps the newest ``keep``."""
-    global _writes
-    _writes += 1
+    _faults.point("checkpoint.start")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob(".*.tmp-*"):  # left by a killed write
@@ -141,7 +124,7 @@ def save(
     path = directory / f"{stem}.pt"
     body = {"format": FORMAT, "version": VERSION, **payload, "folders": sorted(folders or {})}
     atomic_write(path, lambda f: torch.save(body, f), points=True)
-    _point("before_pointer")
+    _faults.point("checkpoint.before_pointer")
     atomic_write(directory / POINTER, lambda f: f.write(f"{path.name}\n".encode()))
     _prune(directory, path, keep)
     return path
