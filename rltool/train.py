@@ -29,6 +29,7 @@ from rltool.distributed import SOLO, Solo
 from rltool.envs import VectorEnv, make_env
 from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
+from rltool.hooks import Hooks
 from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
 from rltool.optim import FlatAdam
@@ -39,11 +40,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-# called as hook(run_dir, row) after each periodic evaluation (not the final one): rltool tune
-# reports a trial's evaluations to its pruner from here; a hook may raise to stop the run
-EVAL_HOOKS: list[Callable[[Path, dict], None]] = []
 
 
 @dataclass
@@ -165,10 +161,13 @@ def episode_stats(batch, comm: Solo = SOLO) -> dict[str, float]:
     return {"train/return_mean": mean, "train/episodes": n}
 
 
-def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
+def train(
+    cfg: Config, run_dir: Path, comm: Solo = SOLO, hooks: Hooks | None = None
+) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv, checkpoints and summary.json in
     ``run_dir`` (rank 0 alone, when ``comm`` has several). Continues ``cfg.resume``'s latest
-    checkpoint when set."""
+    checkpoint when set. ``hooks``: what to call in the loop (rltool tune's pruner)."""
+    hooks = hooks or Hooks()
     check_packages(cfg.logger)  # a missing optional package: refused before anything is built
     run = build(cfg, run_dir, comm)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
@@ -206,7 +205,7 @@ def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
                 episodes = cfg.eval.final_episodes if final else cfg.eval.episodes
                 row |= evaluate(run.policy, run.eval_env, eval_seed, episodes)
                 session.record_eval(row["eval/return_mean"])  # the best policy, when it is
-                for hook in () if final else EVAL_HOOKS:  # rltool tune's pruner
+                for hook in () if final else hooks.on_eval:
                     hook(run_dir, row)
             c.next_eval += cfg.eval.every_frames if due else 0
             t3 = time.perf_counter()

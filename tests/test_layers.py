@@ -42,6 +42,7 @@ LAYERS = {
     "rltool/algos/*/algorithm.py": ALGORITHMS,
     "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
     "rltool/train.py": RUN,
+    "rltool/hooks.py": RUN,  # what a caller of train() has called in the loop
     "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)
     "rltool/session.py": RUN,
     "rltool/checkpoint.py": RUN,

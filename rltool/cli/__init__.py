@@ -12,7 +12,8 @@ The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): b
 one line and exits with 2; any other exception is a bug in rltool: one line that says so, exit
 70. A run stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a
 failed job with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
-full traceback.
+full traceback. The dispatcher leaves ``os.environ`` and ``sys.argv`` as they are: ``train`` runs
+its Hydra app on its argument list, and gets ``--debug`` as an argument.
 """
 
 from __future__ import annotations
@@ -31,18 +32,19 @@ from rltool.errors import (
 )
 
 
-def _lazy(module: str, func: str):
-    def run(argv: list[str]) -> int:
+def _lazy(module: str, func: str, takes_debug: bool = False):
+    def run(argv: list[str], debug: bool) -> int:
         import importlib
 
-        return getattr(importlib.import_module(module), func)(argv)
+        command = getattr(importlib.import_module(module), func)
+        return command(argv, debug=debug) if takes_debug else command(argv)
 
     return run
 
 
 COMMANDS = {
     "train": (
-        _lazy("rltool.cli.train", "train_cmd"),
+        _lazy("rltool.cli.train", "train_cmd", takes_debug=True),
         "train an agent (Hydra overrides: env=..., policy=..., ...; -m: sweep)",
     ),
     "eval": (_lazy("rltool.cli.eval", "main"), "evaluate a run: run=<dir> episodes=N video=true"),
@@ -127,14 +129,9 @@ def _main(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    env_before = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", "RLTOOL_DEBUG")}
-    if debug:
-        os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
-        sys.argv = [f"rltool-{name}", *rest]
-        rc = COMMANDS[name][0](rest)
+        rc = COMMANDS[name][0](rest, debug)
     except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
         print(f"rltool {name}: {e}", file=stderr)
         return e.exit_code
@@ -151,11 +148,6 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_SOFTWARE
     finally:
         sys.stderr = stderr
-        for k, v in env_before.items():  # main() may run again in this process (tests, API)
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return rc or 0
 
 
