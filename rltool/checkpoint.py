@@ -205,6 +205,67 @@ def load(path: str | os.PathLike) -> dict:
     return body
 
 
+def check_parts(path: Path, saved: dict, own: dict) -> None:
+    """Refuses, in one line, checkpoint ``path`` whose state parts (``saved``: name -> state
+    dict) differ from the run's own (``own``) in layout: the first nested key, tensor shape or
+    dtype that differs. Values are not compared, nor an empty container or None of the run's (a
+    fresh optimizer holds no moments yet, an env without state saves None)."""
+    for name in [*own, *(k for k in saved if k not in own)]:
+        if name not in saved or name not in own:
+            where = "this run has no" if name in saved else "the checkpoint has no"
+            diff = f"{where} part {name}"
+        else:
+            diff = _difference(saved[name], own[name], "")
+            diff = diff and f"checkpoint part {name}: {diff}"
+        if diff:
+            raise UserError(
+                f"{diff} (in {path}): the checkpoint was written by another model, config or "
+                "rltool version; resume it with those, or start a new run"
+            )
+
+
+def _difference(saved, own, at: str) -> str | None:
+    """The first difference of layout between ``saved`` and ``own`` (at key path ``at``)."""
+    if own is None or saved is None or (isinstance(own, dict | list | tuple) and not own):
+        return None
+    name = at or "the part"
+    if _kind(saved) != _kind(own):
+        return f"{name} is {_kind(saved)}, this run's {_kind(own)}"
+    if isinstance(own, torch.Tensor):
+        if saved.shape != own.shape:
+            return f"{name} has shape {list(saved.shape)}, this run's {list(own.shape)}"
+        if saved.dtype != own.dtype:
+            return f"{name} has dtype {saved.dtype}, this run's {own.dtype}"
+        return None
+    if isinstance(own, dict):
+        missing = [k for k in own if k not in saved]
+        if missing:
+            return f"{_at(at, missing[0])} is missing (this run has it)"
+        extra = [k for k in saved if k not in own]
+        if extra:
+            return f"{_at(at, extra[0])} is not in this run"
+        pairs = ((saved[k], own[k], _at(at, k)) for k in own)
+    elif isinstance(own, list | tuple):
+        if len(saved) != len(own):
+            return f"{name} has {len(saved)} entries, this run's {len(own)}"
+        pairs = ((a, b, _at(at, i)) for i, (a, b) in enumerate(zip(saved, own, strict=True)))
+    else:
+        return None  # a plain value: the run's own may differ (a count, a learning rate)
+    return next(filter(None, (_difference(*p) for p in pairs)), None)
+
+
+def _at(at: str, key) -> str:
+    return f"{at}.{key}" if at else str(key)
+
+
+def _kind(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return "a tensor"
+    if isinstance(x, dict):
+        return "a dict"
+    return "a list" if isinstance(x, list | tuple) else "a value"
+
+
 def load_folders(path: Path, folders: dict) -> None:
     """Reads each folder saver's folder beside checkpoint ``path``."""
     for name, saver in folders.items():

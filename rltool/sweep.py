@@ -178,11 +178,6 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
         print(f"rltool: job {job.num} ({' '.join(job.overrides)}): pruned ({e})")
         return None
     except RunStopped as e:
-        if e.exit_code == 0:  # resumed at its budget: it had finished
-            write_status(job.run_dir, status="done", ended=_now())
-            if job.multirun:
-                return _summary(job.run_dir)
-            raise
         preempted = e.exit_code == EXIT_PREEMPTED
         write_status(
             job.run_dir,

@@ -171,6 +171,9 @@ def train(
     check_packages(cfg.logger)  # a missing optional package: refused before anything is built
     run = build(cfg, run_dir, comm)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
+    if session.finished:
+        _close(run, session)
+        return _nothing_to_do(cfg, run_dir, session.counters.frames)
     comm.attach(run)
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)
     loss_device = module_device(run.policy)  # each batch moves there from the storing device
@@ -219,11 +222,8 @@ def train(
             loggers.log(row)
             session.end_iteration(row)  # checkpoint when due, at the end, or on a signal
     finally:
-        session.close()  # the signal handlers
         loggers.close()
-        run.collector.close()
-        run.eval_env.close()
-        run.algo.close()
+        _close(run, session)
     summary = {
         "frames": c.frames,
         "wall_time_s": session.elapsed(),
@@ -234,3 +234,23 @@ def train(
     if comm.writer:
         (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _close(run: Run, session: Session) -> None:
+    session.close()  # the signal handlers
+    run.collector.close()
+    run.eval_env.close()
+    run.algo.close()
+
+
+def _nothing_to_do(cfg: Config, run_dir: Path, frames: int) -> dict[str, float]:
+    """A resume of a run already at its budget: one line, and the run's summary as it is."""
+    print(
+        f"rltool: the run in {run_dir} already reached {frames:,} frames (total_frames="
+        f"{cfg.total_frames:,}): nothing to do; extend it with total_frames=<more>",
+        file=sys.stderr,
+    )
+    try:
+        return json.loads((Path(run_dir) / layout.SUMMARY).read_text())
+    except (OSError, ValueError):
+        return {"frames": frames}
