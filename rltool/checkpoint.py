@@ -17,9 +17,8 @@ Two protocols plug state in (see :func:`save` / :func:`load`):
 - *folder savers*: ``save(path)`` writes a folder (path does not exist yet), ``load(path)`` reads it
   back without unpickling.
 
-Test hook: ``RLTOOL_CHECKPOINT_KILL=<point>[@<n>]`` sends SIGKILL to this process at ``point``
-(one of :data:`KILL_POINTS`) of its n-th write (default 1st); :data:`test_hook` is called at each
-point in-process.
+Fault points (tests: ``RLTOOL_CHECKPOINT_KILL``, see :mod:`rltool._faults`): ``checkpoint.start``
+and ``checkpoint.<step>`` at each step of :data:`~rltool._faults.CHECKPOINT_STEPS`.
 """
 
 from __future__ import annotations
@@ -27,38 +26,23 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import signal
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from rltool import layout
+from rltool import _faults, layout
 from rltool.errors import UserError
 
 FORMAT = "rltool-checkpoint"
 VERSION = 1
 POINTER = layout.LATEST
-KILL_POINTS = ("after_temp_write", "after_fsync", "after_rename", "before_pointer")
 _NAME = layout.CHECKPOINT_PATTERN
-
-test_hook: Callable[[str], None] | None = None
-_writes = 0
 
 
 def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / layout.CHECKPOINTS
-
-
-def _point(name: str) -> None:
-    if test_hook is not None:
-        test_hook(name)
-    spec = os.environ.get("RLTOOL_CHECKPOINT_KILL")
-    if spec:
-        point, _, nth = spec.partition("@")
-        if point == name and _writes == int(nth or 1):
-            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -84,13 +68,13 @@ def atomic_write(path: Path, write: Callable, points: bool = False) -> None:
         write(f)
         f.flush()
         if points:
-            _point("after_temp_write")
+            _faults.point("checkpoint.after_temp_write")
         os.fsync(f.fileno())
     if points:
-        _point("after_fsync")
+        _faults.point("checkpoint.after_fsync")
     os.replace(tmp, path)
     if points:
-        _point("after_rename")
+        _faults.point("checkpoint.after_rename")
     _fsync_dir(path.parent)
 
 
@@ -121,8 +105,7 @@ def save(
 ) -> Path:
     """Writes checkpoint ``frames`` (payload: tensors and plain containers; ``folders``: name ->
     folder saver) atomically, points ``latest`` at it and keeps the newest ``keep``."""
-    global _writes
-    _writes += 1
+    _faults.point("checkpoint.start")
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob(".*.tmp-*"):  # left by a killed write
@@ -141,7 +124,7 @@ def save(
     path = directory / f"{stem}.pt"
     body = {"format": FORMAT, "version": VERSION, **payload, "folders": sorted(folders or {})}
     atomic_write(path, lambda f: torch.save(body, f), points=True)
-    _point("before_pointer")
+    _faults.point("checkpoint.before_pointer")
     atomic_write(directory / POINTER, lambda f: f.write(f"{path.name}\n".encode()))
     _prune(directory, path, keep)
     return path
@@ -220,6 +203,67 @@ def load(path: str | os.PathLike) -> dict:
                 "restore it, or put the name of an older checkpoint into 'latest'"
             )
     return body
+
+
+def check_parts(path: Path, saved: dict, own: dict) -> None:
+    """Refuses, in one line, checkpoint ``path`` whose state parts (``saved``: name -> state
+    dict) differ from the run's own (``own``) in layout: the first nested key, tensor shape or
+    dtype that differs. Values are not compared, nor an empty container or None of the run's (a
+    fresh optimizer holds no moments yet, an env without state saves None)."""
+    for name in [*own, *(k for k in saved if k not in own)]:
+        if name not in saved or name not in own:
+            where = "this run has no" if name in saved else "the checkpoint has no"
+            diff = f"{where} part {name}"
+        else:
+            diff = _difference(saved[name], own[name], "")
+            diff = diff and f"checkpoint part {name}: {diff}"
+        if diff:
+            raise UserError(
+                f"{diff} (in {path}): the checkpoint was written by another model, config or "
+                "rltool version; resume it with those, or start a new run"
+            )
+
+
+def _difference(saved, own, at: str) -> str | None:
+    """The first difference of layout between ``saved`` and ``own`` (at key path ``at``)."""
+    if own is None or saved is None or (isinstance(own, dict | list | tuple) and not own):
+        return None
+    name = at or "the part"
+    if _kind(saved) != _kind(own):
+        return f"{name} is {_kind(saved)}, this run's {_kind(own)}"
+    if isinstance(own, torch.Tensor):
+        if saved.shape != own.shape:
+            return f"{name} has shape {list(saved.shape)}, this run's {list(own.shape)}"
+        if saved.dtype != own.dtype:
+            return f"{name} has dtype {saved.dtype}, this run's {own.dtype}"
+        return None
+    if isinstance(own, dict):
+        missing = [k for k in own if k not in saved]
+        if missing:
+            return f"{_at(at, missing[0])} is missing (this run has it)"
+        extra = [k for k in saved if k not in own]
+        if extra:
+            return f"{_at(at, extra[0])} is not in this run"
+        pairs = ((saved[k], own[k], _at(at, k)) for k in own)
+    elif isinstance(own, list | tuple):
+        if len(saved) != len(own):
+            return f"{name} has {len(saved)} entries, this run's {len(own)}"
+        pairs = ((a, b, _at(at, i)) for i, (a, b) in enumerate(zip(saved, own, strict=True)))
+    else:
+        return None  # a plain value: the run's own may differ (a count, a learning rate)
+    return next(filter(None, (_difference(*p) for p in pairs)), None)
+
+
+def _at(at: str, key) -> str:
+    return f"{at}.{key}" if at else str(key)
+
+
+def _kind(x) -> str:
+    if isinstance(x, torch.Tensor):
+        return "a tensor"
+    if isinstance(x, dict):
+        return "a dict"
+    return "a list" if isinstance(x, list | tuple) else "a value"
 
 
 def load_folders(path: Path, folders: dict) -> None:

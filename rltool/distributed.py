@@ -23,14 +23,12 @@ from __future__ import annotations
 import datetime
 import math
 import os
-import signal
-import time
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from rltool import algos
+from rltool import _faults, algos
 from rltool.collectors.devices import DEVICE_KEYS, resolve_devices
 from rltool.errors import EXIT_PEER_LOST, RunStopped, UserError
 
@@ -161,7 +159,7 @@ class Ranks(Solo):
         quarter, width = max(1, collector.T // 4), collector.B
 
         def stop(n: int) -> bool:
-            _slow_hook(self.rank)
+            _faults.point("dist.env_step", rank=self.rank)
             if n < quarter or (n * width) % self.split:
                 return False
             return self._call(store.add, key, 0) >= need
@@ -176,7 +174,7 @@ class Ranks(Solo):
     def frames(self, n: int) -> int:
         self.samples = n
         self._iterations += 1
-        _kill_hook(self.rank, self._iterations)
+        _faults.point("dist.iteration", rank=self.rank, iteration=self._iterations)
         if self.world == 1:
             return n
         t = torch.tensor([n], dtype=torch.int64)
@@ -268,25 +266,6 @@ class Ranks(Solo):
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def _kill_hook(rank: int, iteration: int) -> None:
-    """Test hook: ``RLTOOL_DIST_KILL=<rank>@<iteration>[:STOP]`` kills (or stops: a hang) that
-    rank as it starts that iteration's collectives."""
-    spec = os.environ.get("RLTOOL_DIST_KILL")
-    if spec:
-        where, _, how = spec.partition(":")
-        if where == f"{rank}@{iteration}":
-            os.kill(os.getpid(), signal.SIGSTOP if how == "STOP" else signal.SIGKILL)
-
-
-def _slow_hook(rank: int) -> None:
-    """Test hook: ``RLTOOL_DIST_SLOW=<rank>:<seconds>`` makes that rank a straggler (a pause
-    after each env step while ``distributed.sync_fraction`` is on)."""
-    spec = os.environ.get("RLTOOL_DIST_SLOW", "")
-    who, _, pause = spec.partition(":")
-    if who == str(rank):
-        time.sleep(float(pause))
 
 
 def backend_for(cfg, device: torch.device) -> str:

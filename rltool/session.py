@@ -161,20 +161,25 @@ ECHO_S = 5.0  # a rank's second signal this soon after the first is the same one
 class Session:
     """Counters, schedule, checkpoints and signals of one run (see :meth:`start`)."""
 
-    def __init__(self, run, run_dir: Path, counters: Counters):
+    def __init__(self, run, run_dir: Path, counters: Counters, finished: bool = False):
         self.run, self.cfg, self.run_dir = run, run.cfg, Path(run_dir)
         self.dir = ckpt.checkpoint_dir(run_dir)
         self.counters, self.last_saved = counters, counters.frames
         self._t0, self._base_s = time.perf_counter(), counters.elapsed_s
         self.stop_signal: int | None = None
-        self._install_signals()
+        self.finished = finished  # resumed at its budget already: nothing to train
+        self._old_handlers: dict = {}
+        if not finished:
+            self._install_signals()
 
     # ---- start / resume ----
     @classmethod
     def start(cls, run, run_dir: Path) -> Session:
         """A fresh session (refusing a folder that holds a checkpoint), or the state of
-        ``cfg.resume``'s latest checkpoint loaded into ``run``. Checks everything before
-        changing any file."""
+        ``cfg.resume``'s latest checkpoint loaded into ``run`` once its parts' layout matches the
+        run's (:func:`~rltool.checkpoint.check_parts`); a run already at its budget is a
+        :attr:`finished` session with nothing loaded. Checks everything before changing any
+        file."""
         cfg = run.cfg
         if cfg.resume is None:
             found = ckpt.latest(ckpt.checkpoint_dir(run_dir))
@@ -193,24 +198,15 @@ class Session:
         body = ckpt.load(path)
         cls._check_config(memories.migrate(body["config"]), _plain(cfg), path)
         state, rng = unpack(body, run.comm, path)
-        parts, folders = state_parts(run)
-        try:
-            for name, obj in parts.items():
-                obj.load_state_dict(state[name])
-            ckpt.load_folders(path, folders)
-        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as e:
-            first = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
-            raise UserError(
-                f"checkpoint {path} does not fit this run ({first.strip()}): it was written by a "
-                "different model or rltool version; start a new run"
-            ) from None
         c = Counters(**body["counters"])
-        if c.frames >= cfg.total_frames:
-            raise RunStopped(
-                f"the run in {run_dir} already reached {c.frames:,} frames (total_frames="
-                f"{cfg.total_frames:,}): nothing to do; extend it with total_frames=<more>",
-                0,
-            )
+        if c.frames >= cfg.total_frames:  # nothing to do: nothing loaded, nothing written
+            return cls(run, run_dir, c, finished=True)
+        parts, folders = state_parts(run)
+        # a layout that differs is bad input (one line); anything raised after this is a bug
+        ckpt.check_parts(path, state, {name: obj.state_dict() for name, obj in parts.items()})
+        for name, obj in parts.items():
+            obj.load_state_dict(state[name])
+        ckpt.load_folders(path, folders)
         if c.total_frames != cfg.total_frames:  # a new budget: re-anchor, never jump
             p = progress(c, c.frames)
             c.anchor_frames, c.anchor_progress, c.total_frames = c.frames, p, cfg.total_frames

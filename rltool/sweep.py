@@ -6,7 +6,8 @@ job records its error and returns normally (no exception reaches the launcher, n
 so the other jobs go on whatever the launcher (a job stopped by ``rltool tune``'s pruner is
 ``pruned``); :class:`SweepSummary` (a Hydra callback, run in the launching
 process) reads the status files at the end, prints one line, and the dispatcher exits non-zero
-when a job failed.
+when a job failed. What one ``rltool train`` command's jobs and callbacks share (the sweep's
+result, a preemption, --debug, the hooks) is one :class:`Command` object, never module state.
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hydra.experimental.callback import Callback
 
 from rltool import runlock
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
+from rltool.hooks import Hooks
 from rltool.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
 
 
@@ -87,25 +91,54 @@ def current_job() -> Job:
     )
 
 
-# The preemption (SIGTERM / SIGINT) that stopped a job of this process. Hydra's launchers catch
-# a job's exception and start the next job before re-raising it at the sweep's end, so the later
-# jobs of the process check this and refuse to start.
-_PREEMPTED: list[RunStopped] = []
+@dataclass
+class Command:
+    """One ``rltool train`` command's state. ``train_cmd`` makes it; the task function hands it to
+    each job (it travels, pickled, with the task function to joblib / submitit workers: a worker's
+    jobs each get a copy); the command's Hydra callbacks find it with :func:`current`, since Hydra
+    instantiates them from ``conf/config.yaml`` and cannot hand them an object. That is the one
+    process-level handle, set only inside :meth:`running`, so nothing outlives the command."""
+
+    debug: bool = False  # a failed job of a sweep prints its traceback too (--debug)
+    hooks: Hooks = field(default_factory=Hooks)  # passed to every job's train()
+    # the preemption (SIGTERM / SIGINT) that stopped a job: Hydra's launchers catch a job's
+    # exception and start the next job before re-raising it, so later jobs check this
+    preempted: RunStopped | None = None
+    result: SweepResult | None = None  # the sweep's statuses, from SweepSummary at its end
+    before: Any = None  # what a single run's folder held first (rltool/cli/train.py's RunStart)
+
+    @contextmanager
+    def running(self) -> Iterator[Command]:
+        """This command is the one :func:`current` finds inside the block."""
+        _RUNNING.append(self)
+        try:
+            yield self
+        finally:
+            _RUNNING.remove(self)
 
 
-def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
+_RUNNING: list[Command] = []  # see Command: only Command.running changes it
+
+
+def current() -> Command | None:
+    """The ``rltool train`` command running in this process (None in a job's worker process)."""
+    return _RUNNING[-1] if _RUNNING else None
+
+
+def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None) -> dict | None:
     """Runs ``fn(resume)`` (the training) under a status file. In a multirun: a job already done
     with the same overrides is skipped; one left running / interrupted / failed continues from its
     latest checkpoint (``resume=True``) or, without one, starts again; a failure is recorded and
     reported instead of raised, except a preemption (SIGTERM / SIGINT), which stops the sweep: no
-    later job of the process starts (a re-run of the same command continues them all)."""
-    if job.multirun and _PREEMPTED:
+    later job of ``command`` starts (a re-run of the same command continues them all)."""
+    command = command or Command()
+    if job.multirun and command.preempted is not None:
         print(
             f"rltool: job {job.num} ({' '.join(job.overrides)}): not started, the sweep was "
             "stopped",
             file=sys.stderr,
         )
-        raise _PREEMPTED[0]
+        raise command.preempted
     prev, resume = read_status(job.run_dir), False
     status_path = RunFolder(job.run_dir).status
     before = status_path.read_bytes() if status_path.exists() else None
@@ -117,7 +150,7 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
                 "sweep into a fresh hydra.sweep.dir"
             )
             write_status(job.run_dir, conflict=msg)
-            return _fail(job, UserError(msg), keep_status=True)
+            return _fail(job, UserError(msg), command.debug, keep_status=True)
         if prev.get("conflict"):
             write_status(job.run_dir, conflict=None)
         if prev.get("status") == "done":
@@ -145,11 +178,6 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
         print(f"rltool: job {job.num} ({' '.join(job.overrides)}): pruned ({e})")
         return None
     except RunStopped as e:
-        if e.exit_code == 0:  # resumed at its budget: it had finished
-            write_status(job.run_dir, status="done", ended=_now())
-            if job.multirun:
-                return _summary(job.run_dir)
-            raise
         preempted = e.exit_code == EXIT_PREEMPTED
         write_status(
             job.run_dir,
@@ -158,10 +186,10 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
             ended=_now(),
         )
         if preempted and job.multirun:
-            _PREEMPTED.append(e)
+            command.preempted = e
         if preempted or not job.multirun:  # a signal stops the sweep too; a re-run resumes
             raise
-        return _fail(job, e, keep_status=True)
+        return _fail(job, e, command.debug, keep_status=True)
     except Exception as e:  # noqa: BLE001 - recorded; a sweep goes on, a single run re-raises
         if not job.multirun:
             if isinstance(e, UserError):  # bad input (e.g. a resume refused): no trace on disk
@@ -169,7 +197,7 @@ def run_job(job: Job, fn: Callable[[bool], dict]) -> dict | None:
             else:
                 write_status(job.run_dir, status="failed", error=one_line(e), ended=_now())
             raise
-        return _fail(job, e)
+        return _fail(job, e, command.debug)
     except BaseException as e:  # Ctrl-C, SystemExit (a preempted job): resumable on a re-run
         write_status(job.run_dir, status="interrupted", error=type(e).__name__, ended=_now())
         raise
@@ -186,12 +214,12 @@ def _put_back(path: Path, content: bytes | None) -> None:
         os.replace(tmp, path)
 
 
-def _fail(job: Job, e: Exception, keep_status: bool = False) -> None:
+def _fail(job: Job, e: Exception, debug: bool, keep_status: bool = False) -> None:
     msg = one_line(e)
     if not keep_status:
         write_status(job.run_dir, status="failed", error=msg, ended=_now())
     print(f"rltool train: job {job.num} ({' '.join(job.overrides)}) failed: {msg}", file=sys.stderr)
-    if os.environ.get("RLTOOL_DEBUG") == "1":
+    if debug:
         import traceback
 
         traceback.print_exception(e)
@@ -229,17 +257,6 @@ class SweepResult:
         return f"rltool train: sweep {self.sweep_dir}: " + ", ".join(parts)
 
 
-LAST_SWEEP: SweepResult | None = None  # set in the launching process, read by the dispatcher
-
-
-def new_command() -> None:
-    """Forgets the last sweep's result and preemption (one process may run several commands:
-    ``rltool tune``, tests)."""
-    global LAST_SWEEP
-    LAST_SWEEP = None
-    _PREEMPTED.clear()
-
-
 def sweep_result(sweep_dir: Path) -> SweepResult:
     res = SweepResult(Path(sweep_dir))
     for path in sorted(Path(sweep_dir).rglob(STATUS), key=lambda p: _job_key(sweep_dir, p)):
@@ -266,9 +283,12 @@ def _job_key(sweep_dir, path: Path):
 
 
 class SweepSummary(Callback):
-    """Hydra callback: after a multirun, one line saying which jobs are done and which failed."""
+    """Hydra callback: after a multirun, one line saying which jobs are done and which failed;
+    the result goes to the running :class:`Command` (its exit status)."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
-        global LAST_SWEEP
-        LAST_SWEEP = sweep_result(Path(config.hydra.sweep.dir))
-        print(LAST_SWEEP.line(), file=sys.stderr if LAST_SWEEP.failed else sys.stdout)
+        result = sweep_result(Path(config.hydra.sweep.dir))
+        print(result.line(), file=sys.stderr if result.failed else sys.stdout)
+        command = current()
+        if command is not None:
+            command.result = result

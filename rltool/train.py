@@ -29,6 +29,7 @@ from rltool.distributed import SOLO, Solo
 from rltool.envs import VectorEnv, make_env
 from rltool.evaluation import evaluate
 from rltool.guard import NonFiniteGuard
+from rltool.hooks import Hooks
 from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
 from rltool.optim import FlatAdam
@@ -39,11 +40,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-# called as hook(run_dir, row) after each periodic evaluation (not the final one): rltool tune
-# reports a trial's evaluations to its pruner from here; a hook may raise to stop the run
-EVAL_HOOKS: list[Callable[[Path, dict], None]] = []
 
 
 @dataclass
@@ -165,13 +161,19 @@ def episode_stats(batch, comm: Solo = SOLO) -> dict[str, float]:
     return {"train/return_mean": mean, "train/episodes": n}
 
 
-def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
+def train(
+    cfg: Config, run_dir: Path, comm: Solo = SOLO, hooks: Hooks | None = None
+) -> dict[str, float]:
     """Trains until ``total_frames``; writes metrics.csv, checkpoints and summary.json in
     ``run_dir`` (rank 0 alone, when ``comm`` has several). Continues ``cfg.resume``'s latest
-    checkpoint when set."""
+    checkpoint when set. ``hooks``: what to call in the loop (rltool tune's pruner)."""
+    hooks = hooks or Hooks()
     check_packages(cfg.logger)  # a missing optional package: refused before anything is built
     run = build(cfg, run_dir, comm)
     session = Session.start(run, run_dir)  # resume, or refuse a folder holding a checkpoint
+    if session.finished:
+        _close(run, session)
+        return _nothing_to_do(cfg, run_dir, session.counters.frames)
     comm.attach(run)
     c = session.counters  # frames, next_eval, ... (saved in checkpoints)
     loss_device = module_device(run.policy)  # each batch moves there from the storing device
@@ -206,7 +208,7 @@ def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
                 episodes = cfg.eval.final_episodes if final else cfg.eval.episodes
                 row |= evaluate(run.policy, run.eval_env, eval_seed, episodes)
                 session.record_eval(row["eval/return_mean"])  # the best policy, when it is
-                for hook in () if final else EVAL_HOOKS:  # rltool tune's pruner
+                for hook in () if final else hooks.on_eval:
                     hook(run_dir, row)
             c.next_eval += cfg.eval.every_frames if due else 0
             t3 = time.perf_counter()
@@ -220,11 +222,8 @@ def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
             loggers.log(row)
             session.end_iteration(row)  # checkpoint when due, at the end, or on a signal
     finally:
-        session.close()  # the signal handlers
         loggers.close()
-        run.collector.close()
-        run.eval_env.close()
-        run.algo.close()
+        _close(run, session)
     summary = {
         "frames": c.frames,
         "wall_time_s": session.elapsed(),
@@ -235,3 +234,23 @@ def train(cfg: Config, run_dir: Path, comm: Solo = SOLO) -> dict[str, float]:
     if comm.writer:
         (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _close(run: Run, session: Session) -> None:
+    session.close()  # the signal handlers
+    run.collector.close()
+    run.eval_env.close()
+    run.algo.close()
+
+
+def _nothing_to_do(cfg: Config, run_dir: Path, frames: int) -> dict[str, float]:
+    """A resume of a run already at its budget: one line, and the run's summary as it is."""
+    print(
+        f"rltool: the run in {run_dir} already reached {frames:,} frames (total_frames="
+        f"{cfg.total_frames:,}): nothing to do; extend it with total_frames=<more>",
+        file=sys.stderr,
+    )
+    try:
+        return json.loads((Path(run_dir) / layout.SUMMARY).read_text())
+    except (OSError, ValueError):
+        return {"frames": frames}

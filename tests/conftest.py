@@ -27,7 +27,7 @@ CLI_PYTHONPATH = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
 
 def cli_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a ``python -m rltool`` subprocess: this one, this checkout on the path,
-    no ``HYDRA_FULL_ERROR`` (an in-process ``main()`` sets it; inherited, it means --debug), plus
+    no ``HYDRA_FULL_ERROR`` (inherited from the shell, it means --debug), plus
     ``env``."""
     out = {**os.environ, "PYTHONPATH": CLI_PYTHONPATH}
     out.pop("HYDRA_FULL_ERROR", None)

@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import metric_rows
 
-from rltool import algos
+from rltool import _faults, algos
 from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.algos.base import Algorithm
@@ -127,13 +127,13 @@ def test_a_registered_algorithm_trains_checkpoints_resumes_and_evaluates(
 
     def crash_on_second_write(point):  # killed while writing the checkpoint at 64 frames
         writes.append(point)
-        if writes.count("after_fsync") == 2:
+        if writes.count("checkpoint.after_fsync") == 2:
             raise Crash
 
-    monkeypatch.setattr(ckpt, "test_hook", crash_on_second_write)
+    monkeypatch.setattr(_faults, "test_hook", crash_on_second_write)
     with pytest.raises(Crash):
         train(cfg(), b)
-    monkeypatch.setattr(ckpt, "test_hook", None)
+    monkeypatch.setattr(_faults, "test_hook", None)
     assert ckpt.latest(b / "checkpoints").name == "ckpt-000000000032.pt"
     train(cfg(resume=str(b)), b)
     assert metric_rows(b) == got  # the update count came back from the checkpoint too

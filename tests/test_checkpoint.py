@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rltool import _faults
 from rltool import checkpoint as ckpt
 from rltool.errors import UserError
 
@@ -25,7 +26,7 @@ def _writer(directory: Path, n: int, kill_at: str | None = None) -> int:
         torch.set_num_threads(1)
         if kill_at:
             os.environ["RLTOOL_CHECKPOINT_KILL"] = kill_at
-        ckpt._writes = 0
+        _faults._writes = 0
         i = 0
         while n == 0 or i < n:
             i += 1
@@ -90,7 +91,7 @@ def test_a_resumed_run_drops_the_checkpoints_of_its_abandoned_future(tmp_path):
     ]
 
 
-@pytest.mark.parametrize("point", ckpt.KILL_POINTS)
+@pytest.mark.parametrize("point", _faults.CHECKPOINT_STEPS)
 def test_kill_at_each_point_of_a_write_leaves_the_previous_checkpoint(tmp_path, point):
     assert _wait(_writer(tmp_path, 2, kill_at=f"{point}@2")) == -signal.SIGKILL
     assert _check_loadable(tmp_path) == 1  # the pointer still names checkpoint 1

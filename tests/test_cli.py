@@ -74,7 +74,7 @@ def test_debug_shows_the_traceback(tmp_path):
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
-def _broken_train(cfg, run_dir, comm=None):
+def _broken_train(cfg, run_dir, comm=None, hooks=None):
     raise RuntimeError("tensor sizes do not match\nsecond line")
 
 

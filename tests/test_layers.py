@@ -24,6 +24,7 @@ LAYERS = {
     "rltool/layout.py": BASE,  # run-folder file names
     "rltool/scan.py": BASE,
     "rltool/runlock.py": BASE,  # the run folder's writer lock
+    "rltool/_faults.py": BASE,  # fault injection for tests (kill, hang, slow at named points)
     "rltool/config.py": CONFIG,
     "rltool/config_store.py": CONFIG,  # the ConfigStore, conf/, to_config, resume-safe keys
     "rltool/algos/__init__.py": CONFIG,  # the registry
@@ -42,6 +43,7 @@ LAYERS = {
     "rltool/algos/*/algorithm.py": ALGORITHMS,
     "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
     "rltool/train.py": RUN,
+    "rltool/hooks.py": RUN,  # what a caller of train() has called in the loop
     "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)
     "rltool/session.py": RUN,
     "rltool/checkpoint.py": RUN,

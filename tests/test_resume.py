@@ -142,7 +142,6 @@ def test_a_second_signal_exits_at_once(tmp_path):
 
 
 def call(capsys, *args) -> tuple[int, str]:
-    os.environ.pop("HYDRA_FULL_ERROR", None)  # main() sets it; left set, it means --debug
     code = main(["train", *args])
     err = capsys.readouterr().err.strip().splitlines()
     return code, err[-1] if err else ""

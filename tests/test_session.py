@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import metric_rows
 
+from rltool import _faults
 from rltool import checkpoint as ckpt
 from rltool.algos.ppo.config import PPOConfig
 from rltool.config import (
@@ -60,13 +61,13 @@ def test_exact_resume_with_normalisation_in_process(tmp_path, monkeypatch):
 
     def crash_on_second_write(point):  # a crash between fsync and rename of checkpoint 256
         seen.append(point)
-        if seen.count("after_fsync") == 2:
+        if seen.count("checkpoint.after_fsync") == 2:
             raise Crash
 
-    monkeypatch.setattr(ckpt, "test_hook", crash_on_second_write)
+    monkeypatch.setattr(_faults, "test_hook", crash_on_second_write)
     with pytest.raises(Crash):
         train(pendulum(), tmp_path / "b")
-    monkeypatch.setattr(ckpt, "test_hook", None)
+    monkeypatch.setattr(_faults, "test_hook", None)
     assert ckpt.latest(tmp_path / "b" / "checkpoints").name == "ckpt-000000000128.pt"
     train(pendulum(resume=str(tmp_path / "b")), tmp_path / "b")
     assert metric_rows(tmp_path / "b") == metric_rows(tmp_path / "a")

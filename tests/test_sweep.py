@@ -201,7 +201,7 @@ def test_band_interpolates_over_the_common_range():
 
 def test_run_job_statuses_for_stops_and_signals(tmp_path):
     from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
-    from rltool.sweep import Job, new_command, read_status, run_job
+    from rltool.sweep import Command, Job, read_status, run_job
 
     def stop(code):
         def fn(resume):
@@ -209,17 +209,17 @@ def test_run_job_statuses_for_stops_and_signals(tmp_path):
 
         return fn
 
-    job = Job(tmp_path, multirun=True, overrides=["seed=0"], num=0)
-    assert run_job(job, stop(EXIT_DIVERGED)) is None  # recorded; the sweep goes on
+    job, command = Job(tmp_path, multirun=True, overrides=["seed=0"], num=0), Command()
+    assert run_job(job, stop(EXIT_DIVERGED), command) is None  # recorded; the sweep goes on
     assert read_status(tmp_path)["status"] == "failed"
     with pytest.raises(RunStopped):  # a signal: recorded, and the sweep stops
-        run_job(job, stop(EXIT_PREEMPTED))
+        run_job(job, stop(EXIT_PREEMPTED), command)
     assert read_status(tmp_path)["status"] == "interrupted"
     later = Job(tmp_path / "later", multirun=True, overrides=["seed=1"], num=1)
     with pytest.raises(RunStopped, match=r"stopped \(75\)"):  # no later job of it starts
-        run_job(later, lambda resume: pytest.fail("started after the preemption"))
+        run_job(later, lambda resume: pytest.fail("started after the preemption"), command)
     assert not later.run_dir.exists()
-    new_command()  # the next command's sweep starts afresh
+    # the next command's sweep starts afresh (a new Command)
     with pytest.raises(KeyboardInterrupt):
         run_job(job, lambda resume: (_ for _ in ()).throw(KeyboardInterrupt()))
     assert read_status(tmp_path)["status"] == "interrupted"

@@ -1,23 +1,22 @@
 """``rltool``: a small dispatcher over subcommands, one module each in this package.
 
 Hydra has no subcommands: we pop the subcommand and call it with the rest of the arguments.
-Only ``train`` is a Hydra app (:mod:`rltool.cli.train`, with ``-m`` sweeps and ``--cfg``);
-``eval`` parses its own ``key=value`` arguments (:mod:`rltool.cli.eval`) and ``report`` /
-``plot`` use argparse (:mod:`rltool.cli.report`, :mod:`rltool.cli.plot`); ``tune`` runs each trial
-through ``train``'s sweeps (:mod:`rltool.cli.tune`). A command's module is imported only when it
-runs.
+Every command takes ``key=value`` arguments: ``train`` as a Hydra app (:mod:`rltool.cli.train`,
+with ``-m`` sweeps and ``--cfg``); ``eval``, ``report``, ``plot`` and ``tune`` through one typed
+parser (:mod:`rltool.cli.args`), ``tune`` running each trial through ``train``'s sweeps
+(:mod:`rltool.cli.tune`). A command's module is imported only when it runs.
 
 The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): bad input (a
 :class:`~rltool.errors.UserError`, or Hydra / OmegaConf refusing to compose the config) prints
 one line and exits with 2; any other exception is a bug in rltool: one line that says so, exit
 70. A run stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a
 failed job with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
-full traceback.
+full traceback. The dispatcher leaves ``os.environ`` and ``sys.argv`` as they are: ``train`` runs
+its Hydra app on its argument list, and gets ``--debug`` as an argument.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -31,18 +30,19 @@ from rltool.errors import (
 )
 
 
-def _lazy(module: str, func: str):
-    def run(argv: list[str]) -> int:
+def _lazy(module: str, func: str, takes_debug: bool = False):
+    def run(argv: list[str], debug: bool) -> int:
         import importlib
 
-        return getattr(importlib.import_module(module), func)(argv)
+        command = getattr(importlib.import_module(module), func)
+        return command(argv, debug=debug) if takes_debug else command(argv)
 
     return run
 
 
 COMMANDS = {
     "train": (
-        _lazy("rltool.cli.train", "train_cmd"),
+        _lazy("rltool.cli.train", "train_cmd", takes_debug=True),
         "train an agent: Hydra overrides env=<option> policy=<option> key=value ...; -m: sweep",
     ),
     "eval": (
@@ -64,18 +64,10 @@ COMMANDS = {
 }
 
 USAGE = (
-    "usage: rltool <command> [overrides ...] [--debug]\n\ncommands:\n"
+    "usage: rltool <command> [key=value ...] [--debug]\n\ncommands:\n"
     + "".join(f"  {name:<8} {help_}\n" for name, (_, help_) in COMMANDS.items())
-    + "\nrltool <command> --help shows a command's config groups and options."
+    + "\nrltool <command> --help lists its options (train: its config groups and keys)."
 )
-
-
-class ArgParser(argparse.ArgumentParser):
-    """argparse for the commands that use it: a usage error is a one-line UserError (exit 2
-    through the dispatcher), not argparse's usage block and its own exit."""
-
-    def error(self, message):
-        raise UserError(message)
 
 
 class _QuietStderr:
@@ -133,14 +125,9 @@ def _main(argv: list[str] | None) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
-    env_before = {k: os.environ.get(k) for k in ("HYDRA_FULL_ERROR", "RLTOOL_DEBUG")}
-    if debug:
-        os.environ["RLTOOL_DEBUG"] = "1"  # multirun jobs print their tracebacks too
-    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises instead of printing; we print one line
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
-        sys.argv = [f"rltool-{name}", *rest]
-        rc = COMMANDS[name][0](rest)
+        rc = COMMANDS[name][0](rest, debug)
     except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
         print(f"rltool {name}: {e}", file=stderr)
         return e.exit_code
@@ -157,11 +144,6 @@ def _main(argv: list[str] | None) -> int:
         return EXIT_SOFTWARE
     finally:
         sys.stderr = stderr
-        for k, v in env_before.items():  # main() may run again in this process (tests, API)
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return rc or 0
 
 

@@ -124,9 +124,10 @@ def _hydra_only(arg: str) -> bool:
     return key.startswith("hydra") and key != "hydra.searchpath"
 
 
-def launch(argv: list[str], n: int, shutdown_s: float) -> int:
-    """Runs ``rltool train argv`` on ``n`` local ranks under torch's elastic agent; returns rank
-    0's exit status (75 after SIGTERM, once it wrote its checkpoint)."""
+def launch(argv: list[str], n: int, shutdown_s: float, debug: bool = False) -> int:
+    """Runs ``rltool train argv`` on ``n`` local ranks under torch's elastic agent (with
+    ``--debug`` when ``debug``); returns rank 0's exit status (75 after SIGTERM, once it wrote
+    its checkpoint)."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -142,11 +143,10 @@ def launch(argv: list[str], n: int, shutdown_s: float) -> int:
         max_restarts=0,
         shutdown_timeout=int(shutdown_s),  # the ranks' time to finish an update and checkpoint
     )
-    debug = os.environ.get("RLTOOL_DEBUG") == "1"
-    saved = {k: os.environ.get(k) for k in (REPORT, "HYDRA_FULL_ERROR")}
+    # the elastic agent gives its ranks a copy of os.environ and takes no environment of its
+    # own: the report's path goes through it for the launch only
+    saved = {REPORT: os.environ.get(REPORT)}
     os.environ[REPORT] = str(report)
-    if not debug:
-        os.environ.pop("HYDRA_FULL_ERROR", None)  # the ranks print one line, not a traceback
     cmd = ["-m", "rltool", *(["--debug"] if debug else []), "train", *argv]
     try:
         elastic_launch(config, sys.executable)(*cmd)

@@ -6,6 +6,11 @@ leaves nothing behind: Hydra creates the run folder (and ``.hydra/``, ``train.lo
 config is checked, so :class:`RunStart` records what was there first and :func:`train_cmd`
 removes what this process added: the whole folder when it is new, only the new entries of a
 folder that existed (a refused resume leaves its folder as it was).
+
+One command's state (that record, the sweep's result, a preemption, --debug, the hooks) is one
+:class:`~rltool.sweep.Command` that :func:`train_cmd` makes and hands to its jobs (the task
+function :class:`TrainJob`) and its callbacks (:func:`rltool.sweep.current`). The app runs on the
+argument list it is given (:mod:`rltool.cli.hydra_app`): no ``sys.argv``, no ``os.environ``.
 """
 
 from __future__ import annotations
@@ -16,18 +21,18 @@ import shutil
 import sys
 from pathlib import Path
 
-import hydra
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rltool import runlock, sweep
-from rltool.cli import launch, sweep_plan
+from rltool.cli import hydra_app, launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
 from rltool.config_store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
+from rltool.hooks import Hooks
 from rltool.layout import RunFolder
 from rltool.runlock import RunLocked
-from rltool.sweep import current_job, run_job
+from rltool.sweep import Command, current_job, run_job
 
 register_configs()
 
@@ -54,25 +59,39 @@ class _Before:
         self.top = top
 
 
-_BEFORE = _Before()
-
-
 class RunStart(Callback):
-    """Hydra callback (single runs): records the run folder before Hydra creates it."""
+    """Hydra callback (single runs): records the run folder before Hydra creates it, in the
+    running command's :class:`_Before`."""
 
     def on_run_start(self, config, **kwargs) -> None:
-        _BEFORE.record(Path(str(config.hydra.run.dir)))
+        command = sweep.current()
+        if command is not None and command.before is not None:
+            command.before.record(Path(str(config.hydra.run.dir)))
 
 
-@hydra.main(config_path=conf_dir(), config_name="config", version_base="1.3")
-def train_app(dcfg: DictConfig) -> float | None:
+@dataclasses.dataclass
+class TrainJob:
+    """The Hydra task function of one command: a job's config -> its training."""
+
+    command: Command
+
+    def __call__(self, dcfg: DictConfig) -> float | None:
+        return train_job(dcfg, self.command)
+
+
+def train_job(dcfg: DictConfig, command: Command) -> float | None:
+    """One job of ``command``: its lock, status file, training and last line."""
+    from hydra.core.hydra_config import HydraConfig
+
     from rltool.train import train  # torch and friends load only once the config is valid
+    from rltool.tune.prune import job_hooks
 
     job = current_job()
     comm = _join(dcfg)
+    hooks = command.hooks + job_hooks(HydraConfig.get(), int(dcfg.total_frames))
     if comm.rank != 0:  # trains in rank 0's folder and writes nothing
         try:
-            train(to_config(dcfg), Path(comm.share(None)), comm)
+            train(to_config(dcfg), Path(comm.share(None)), comm, hooks)
         finally:
             comm.close()
         return None
@@ -95,17 +114,19 @@ def train_app(dcfg: DictConfig) -> float | None:
         cfg = to_config(dcfg)
         if resume:  # an interrupted multirun job continues from its latest checkpoint
             cfg = dataclasses.replace(cfg, resume=str(job.run_dir))
-        out = train(cfg, job.run_dir, comm)
+        out = train(cfg, job.run_dir, comm, hooks)
         trained.append(True)
         return out
 
     try:
-        summary = run_job(job, fit)  # status.json; in a sweep: skip done, resume, record failures
+        summary = run_job(
+            job, fit, command
+        )  # status.json; in a sweep: skip done, resume, record failures
         if summary is not None and trained:
             _end_line(job, summary)
     except BaseException as e:
         if not job.multirun and _refused(e):
-            _tidy(_BEFORE)  # holding the lock
+            _tidy(command.before)  # holding the lock
         raise
     finally:
         comm.close()
@@ -213,10 +234,11 @@ def _tidy(before: _Before) -> None:
     runlock.undo(run_dir)
 
 
-def train_cmd(argv: list[str]) -> int:
+def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) -> int:
     """``rltool train``; after a sweep, exit status 1 (EXIT_JOB_FAILED) if a job failed.
-    ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first."""
-    global _BEFORE
+    ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first.
+    ``debug``: a sweep's failed jobs print their tracebacks, the ranks run with --debug;
+    ``hooks``: passed to every job's ``train()``."""
     check_no_schema(argv)
     if sweep_plan.wants_plan(argv):  # -m with --cfg: list the sweep's jobs, run none
         lines = sweep_plan.plan(argv)
@@ -227,28 +249,27 @@ def train_cmd(argv: list[str]) -> int:
     shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
     if rank is None and not shows and (n := launch.nproc(args)) > 1:
         cleanup(tmp)
-        return launch.launch(argv, n, shutdown_s=_shutdown_s(args))
+        return launch.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
     scratch = None
     if rank:  # ranks > 0 write nothing (rank 0 shares its run folder)
         args, scratch = launch.follower_args(args)
-    sweep.new_command()
-    _BEFORE = _Before()
+    command = Command(debug=debug, hooks=hooks or Hooks(), before=_Before())
     target = _target(args) if not rank else None
     took = False
-    sys.argv = ["rltool-train", *args]  # Hydra parses sys.argv
     try:
-        if target is not None:
-            _BEFORE.record(target)
-            took = runlock.acquire(target)
-        train_app()
+        with command.running():  # its callbacks find it; gone when the command ends
+            if target is not None:
+                command.before.record(target)
+                took = runlock.acquire(target)
+            hydra_app.run_app(args, TrainJob(command), conf_dir(), "config", task_name="train")
     except BaseException as e:
         if _refused(e):
-            _tidy(_BEFORE)
+            _tidy(command.before)
         raise
     finally:
         cleanup(tmp)
         cleanup(scratch)
         if took:
             runlock.release(target)
-    result = sweep.LAST_SWEEP
+    result = command.result
     return EXIT_JOB_FAILED if result is not None and (result.failed or result.other) else EXIT_OK

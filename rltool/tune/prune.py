@@ -1,13 +1,13 @@
 """Pruning a trial on its periodic evaluations, from inside its jobs.
 
-A trial's sweep carries the Hydra callback :class:`ReportEvals`; in each job's process (the tune
-process with the basic launcher, a worker with joblib) it adds a hook to the training loop
-(:data:`rltool.train.EVAL_HOOKS`) that reports every periodic evaluation to the trial in the
-study's storage and asks the pruner. The job on the k-th seed reports at step
-``k * total_frames + frames``: every trial runs the same search seeds, so the pruner compares a
-seed's curve with the other trials' curves of the same seed at the same frame. A job the pruner
-stops raises :class:`~rltool.sweep.JobPruned` (its status becomes ``pruned``); the trial's other
-jobs stop at their next evaluation once one of them is pruned.
+A trial's sweep carries its settings in the Hydra callback entry :class:`ReportEvals`; each job
+(in the tune process with the basic launcher, a worker with joblib) builds from them an eval hook
+(:func:`job_hooks`) and passes it to ``train()`` (:class:`~rltool.hooks.Hooks`): it reports every
+periodic evaluation to the trial in the study's storage and asks the pruner. The job on the k-th
+seed reports at step ``k * total_frames + frames``: every trial runs the same search seeds, so the
+pruner compares a seed's curve with the other trials' curves of the same seed at the same frame.
+A job the pruner stops raises :class:`~rltool.sweep.JobPruned` (its status becomes ``pruned``);
+the trial's other jobs stop at their next evaluation once one of them is pruned.
 """
 
 from __future__ import annotations
@@ -15,41 +15,34 @@ from __future__ import annotations
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
 
+from rltool.hooks import EvalHook, Hooks
 from rltool.sweep import JobPruned, read_status
 from rltool.tune.objective import FINAL
 from rltool.tune.study import PRUNED, STUDY_NAME, make_pruner, storage
 
 
 class ReportEvals(Callback):
-    """Hydra callback (``hydra.callbacks.tune_report``) of one trial's sweep."""
+    """Hydra callback entry ``hydra.callbacks.tune_report`` of one trial's sweep. It does nothing
+    as a callback: the entry carries the trial's pruning settings through the sweep's config (to
+    joblib / submitit workers, to a parallel trial's process), and each job's task function
+    turns them into its run's eval hook with :func:`job_hooks`."""
 
     def __init__(self, study: str, trial_id: int, pruner: str, startup: int):
         self.study, self.trial_id, self.pruner, self.startup = study, trial_id, pruner, startup
-        self._hook = None
         self._trial = None  # the optuna trial, opened at the first report
 
-    def on_job_start(self, config, **kwargs) -> None:
-        from rltool import train
+    def __getstate__(self) -> dict:  # pickled with a job's hooks: no open storage
+        return {**self.__dict__, "_trial": None}
 
-        sweep_dir, num = Path(str(config.hydra.sweep.dir)), int(config.hydra.job.num)
-        total = int(config.total_frames)
+    def hook(self, sweep_dir: Path, num: int, total_frames: int) -> EvalHook:
+        """The eval hook of job ``num`` of the trial's sweep in ``sweep_dir``."""
 
-        def hook(run_dir: Path, row: dict) -> None:
-            self._report(sweep_dir, num, num * total + int(row["frames"]), row[FINAL])
+        def report(run_dir: Path, row: dict) -> None:
+            self._report(sweep_dir, num, num * total_frames + int(row["frames"]), row[FINAL])
 
-        self._hook = hook
-        train.EVAL_HOOKS.append(hook)
-
-    def on_job_end(self, config, job_return, **kwargs) -> None:
-        from rltool import train
-
-        if self._hook in train.EVAL_HOOKS:
-            train.EVAL_HOOKS.remove(self._hook)
-        self._hook = None
-
-    def __getstate__(self) -> dict:  # sent to joblib's workers: no hook, no open storage
-        return {**self.__dict__, "_hook": None, "_trial": None}
+        return report
 
     def _open(self):
         if self._trial is None:
@@ -72,3 +65,19 @@ class ReportEvals(Callback):
         trial.report(float(value), step)
         if trial.should_prune():
             raise JobPruned(f"its evaluation {value:.1f} is below the pruner's bar (step {step})")
+
+
+CALLBACK = "tune_report"  # the entry of hydra.callbacks that carries a trial's settings
+
+
+def job_hooks(hydra_cfg, total_frames: int) -> Hooks:
+    """The hooks of the running job (``hydra_cfg``: its Hydra config): the pruner's report when
+    the sweep is a trial's (``hydra.callbacks.tune_report``), else none."""
+    spec = OmegaConf.select(hydra_cfg, f"callbacks.{CALLBACK}")
+    if spec is None:
+        return Hooks()
+    fields = {k: spec[k] for k in ("study", "trial_id", "pruner", "startup")}
+    report = ReportEvals(**fields).hook(
+        Path(hydra_cfg.sweep.dir), int(hydra_cfg.job.num), total_frames
+    )
+    return Hooks(on_eval=[report])
