@@ -1,6 +1,25 @@
-"""rltool: a Hydra-driven RL training toolkit for memory (recurrent) policies."""
+"""rltool: a Hydra-driven RL training toolkit for memory (recurrent) policies.
+
+The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until a call needs it)::
+
+    cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm")   # what rltool train would run
+    summary = rltool.train(cfg, "runs/lstm", hooks=rltool.Hooks(on_eval=[...]))
+    summary = rltool.resume("runs/lstm", "total_frames=200000")
+    result = rltool.evaluate("runs/lstm", episodes=20)
+    policy, state = rltool.load_policy("runs/lstm")
+"""
 
 __version__ = "0.1.0"
+__all__ = ["Hooks", "compose", "evaluate", "load_policy", "resume", "saved_config", "train"]
+
+_LAZY = {  # name -> its module, imported on first use
+    "train": "rltool.api",
+    "resume": "rltool.api",
+    "evaluate": "rltool.api",
+    "saved_config": "rltool.api",
+    "load_policy": "rltool.inference",
+    "Hooks": "rltool.hooks",
+}
 
 
 def compose(*overrides: str):
@@ -11,9 +30,9 @@ def compose(*overrides: str):
     return _compose(*overrides)
 
 
-def load_policy(run_dir, checkpoint=None):
-    """``policy, state = rltool.load_policy(run_dir)``: the trained policy in exploit mode and
-    its initial state (see :mod:`rltool.inference`)."""
-    from rltool.inference import load_policy as _load
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
 
-    return _load(run_dir, checkpoint)
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'rltool' has no attribute {name!r}")

@@ -44,6 +44,7 @@ LAYERS = {
     "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
     "rltool/train.py": RUN,
     "rltool/hooks.py": RUN,  # what a caller of train() has called in the loop
+    "rltool/api.py": RUN,  # the public Python API (rltool.train, resume, evaluate)
     "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)
     "rltool/session.py": RUN,
     "rltool/checkpoint.py": RUN,

@@ -10,7 +10,6 @@ needs moviepy and, for the classic-control envs, pygame: ``pip install 'rltool[v
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -64,31 +63,6 @@ def parse_args(argv: list[str]) -> EvalArgs:
     return parse(EvalArgs, argv, "eval")
 
 
-def _video_env(restored, num_envs: int, folder: Path, episodes: int):
-    """The eval env with RecordVideo around its first env (rendering rgb arrays)."""
-    from gymnasium.error import DependencyNotInstalled
-    from gymnasium.wrappers import RecordVideo
-
-    env_cfg = dataclasses.replace(
-        restored.env_cfg, kwargs={**restored.env_cfg.kwargs, "render_mode": "rgb_array"}
-    )
-    env = restored.make_env(num_envs, env_cfg=env_cfg)
-    try:
-        first = env.vec_env.envs[0]
-        env.vec_env.envs[0] = RecordVideo(
-            first, str(folder), episode_trigger=lambda i: i < episodes, disable_logger=True
-        )
-    except (DependencyNotInstalled, ImportError) as e:
-        env.close()
-        raise UserError(f"video=true needs {e}: pip install 'rltool[video]'") from None
-    except Exception as e:  # noqa: BLE001 - e.g. an env without rgb_array rendering
-        env.close()
-        raise UserError(
-            f"video=true: {restored.env_cfg.id} cannot record video ({type(e).__name__}: {e})"
-        ) from None
-    return env
-
-
 def _set_threads(args: EvalArgs) -> None:
     """torch's intra-op threads: ``num_threads=``, or the run's (as in training: an eval with
     torch's default of one thread per core runs several times slower on small models)."""
@@ -105,39 +79,19 @@ def _set_threads(args: EvalArgs) -> None:
 
 
 def evaluate_run(args: EvalArgs) -> dict:
-    """Runs the evaluation; returns what eval.json holds."""
+    """Runs the evaluation (:func:`rltool.api.evaluate`); returns what eval.json holds."""
     _set_threads(args)  # before anything runs
-    from rltool.evaluation import run_episodes, summarize
-    from rltool.inference import restore
+    from rltool.api import evaluate
 
-    run_dir = Path(args.run)
-    restored = restore(run_dir, args.checkpoint)
-    cfg = restored.config
-    seed = args.seed if args.seed is not None else cfg["seed"] + cfg["eval"]["seed_offset"]
-    n = args.num_envs or min(args.episodes, 8)
-    video_dir = RunFolder(run_dir).videos
-    if args.video:
-        env = _video_env(restored, n, video_dir, args.video_episodes)
-    else:
-        env = restored.make_env(n)
-    try:
-        returns, lengths = run_episodes(restored.policy, env, seed, args.episodes, args.max_steps)
-    finally:
-        env.close()
-    stats = {k.removeprefix("eval/"): v for k, v in summarize(returns, lengths).items()}
-    result = {
-        "run": str(run_dir),
-        "checkpoint": restored.checkpoint,
-        "frames": restored.frames,
-        "seed": seed,
-        "num_envs": n,
-        **stats,
-        "returns": returns,
-        "lengths": lengths,
-    }
-    if args.video:
-        result["videos"] = sorted(str(p) for p in video_dir.glob("*.mp4"))
-    return result
+    return evaluate(
+        args.run,
+        episodes=args.episodes,
+        checkpoint=args.checkpoint,
+        seed=args.seed,
+        num_envs=args.num_envs,
+        max_steps=args.max_steps,
+        video_episodes=args.video_episodes if args.video else 0,
+    )
 
 
 USAGE = "rltool eval run=<run folder> [key=value ...]"

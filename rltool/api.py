@@ -1,0 +1,144 @@
+"""The public Python API, exported from ``rltool``: compose a config, train, resume, evaluate, load
+a policy. Each call does what its command does, in this process::
+
+    import rltool
+
+    cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm", "total_frames=20000")
+    summary = rltool.train(cfg, "runs/lstm")                 # rltool train ... hydra.run.dir=
+    summary = rltool.resume("runs/lstm", "total_frames=40000")  # rltool train resume=...
+    result = rltool.evaluate("runs/lstm", episodes=20)       # rltool eval run=... (eval.json)
+    policy, state = rltool.load_policy("runs/lstm")          # the policy for your own loop
+
+Bad input raises :class:`rltool.errors.UserError` (its message is the command's one line);
+``hooks`` (:class:`rltool.hooks.Hooks`) are called from the training loop, per call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from rltool import algos, layout, memories, runlock
+from rltool.config import Config
+from rltool.config_store import SAFE_KEYS, SCHEMAS, is_safe, to_config
+from rltool.errors import UserError
+from rltool.hooks import Hooks
+
+
+def train(cfg: Config, run_dir: str | Path | None = None, *, hooks: Hooks | None = None) -> dict:
+    """Trains ``cfg`` (from :func:`rltool.compose`) into ``run_dir`` (default:
+    ``outputs/<date>/<time>``, as ``rltool train``) holding the folder's lock; returns the
+    summary (``summary.json``: frames, wall time, the final and best evaluations). With
+    ``cfg.resume`` set, continues that run (see :func:`resume`)."""
+    from rltool.train import train as _train
+
+    run_dir = Path(run_dir or time.strftime("outputs/%Y-%m-%d/%H-%M-%S"))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    took = runlock.acquire(run_dir)
+    try:
+        return _train(cfg, run_dir, hooks=hooks)
+    finally:
+        if took:
+            runlock.release(run_dir)
+
+
+def resume(run_dir: str | Path, *overrides: str, hooks: Hooks | None = None) -> dict:
+    """Continues the run in ``run_dir`` from its latest checkpoint, with its saved config and
+    ``overrides`` (``key=value``) of the keys a resume may change (``total_frames``, logging,
+    checkpointing, evaluation cadence)."""
+    run_dir = Path(run_dir)
+    if not layout.has_checkpoint(run_dir):
+        raise UserError(f"{run_dir} holds no checkpoint to resume: start a new run")
+    cfg = saved_config(run_dir, *overrides)
+    return train(dataclasses.replace(cfg, resume=str(run_dir)), run_dir, hooks=hooks)
+
+
+def saved_config(run_dir: str | Path, *overrides: str) -> Config:
+    """The typed config of the run in ``run_dir`` (its ``config.yaml``, older layouts migrated),
+    with ``overrides`` of the keys a resume may change."""
+    path = layout.RunFolder(run_dir).config
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not an rltool run folder (no {layout.CONFIG})")
+    saved = memories.migrate(OmegaConf.to_container(OmegaConf.load(path)))
+    for item in overrides:
+        key = item.partition("=")[0]
+        if not is_safe(key):
+            raise UserError(
+                f"{key} cannot change when resuming (only {', '.join(SAFE_KEYS[:-1])} may): "
+                "start a new run to change it"
+            )
+    node = OmegaConf.merge(_schemas(saved), saved, OmegaConf.from_dotlist(list(overrides)))
+    return to_config(node)
+
+
+def _schemas(saved: dict):
+    """The structured config every group of ``saved`` is merged into (the loss's by its name)."""
+    groups = {g: OmegaConf.structured(s) for g, s in SCHEMAS.items()}
+    groups["loss"] = OmegaConf.structured(algos.get(saved["loss"]["name"]).config)
+    return OmegaConf.merge(OmegaConf.structured(Config), groups)
+
+
+def evaluate(
+    run_dir: str | Path,
+    *,
+    episodes: int = 10,
+    checkpoint: str | None = None,
+    seed: int | None = None,
+    num_envs: int | None = None,
+    max_steps: int = 100_000,
+    video_episodes: int = 0,
+) -> dict:
+    """``rltool eval`` in this process: plays ``episodes`` greedy episodes of the run's latest
+    (or named; ``"best"``) checkpoint under the evaluation protocol, ``num_envs`` at once (default
+    ``min(episodes, 8)``), seeded like training's evaluations unless ``seed``; at most
+    ``max_steps`` vector steps. ``video_episodes`` > 0 records that many of the first env into
+    ``<run>/videos/``. Returns what ``rltool eval`` writes to ``eval.json``: the return and
+    length statistics and every episode."""
+    from rltool.evaluation import run_episodes, summarize
+    from rltool.inference import restore
+
+    restored = restore(Path(run_dir), checkpoint)
+    cfg = restored.config
+    seed = cfg["seed"] + cfg["eval"]["seed_offset"] if seed is None else seed
+    n = num_envs or min(episodes, 8)
+    videos = layout.RunFolder(run_dir).videos
+    env = _video_env(restored, n, videos, video_episodes) if video_episodes else None
+    env = env or restored.make_env(n)
+    try:
+        returns, lengths = run_episodes(restored.policy, env, seed, episodes, max_steps)
+    finally:
+        env.close()
+    stats = {k.removeprefix("eval/"): v for k, v in summarize(returns, lengths).items()}
+    result = {"run": str(run_dir), "checkpoint": restored.checkpoint, "frames": restored.frames}
+    result |= {"seed": seed, "num_envs": n, **stats, "returns": returns, "lengths": lengths}
+    if video_episodes:
+        result["videos"] = sorted(str(p) for p in videos.glob("*.mp4"))
+    return result
+
+
+def _video_env(restored, num_envs: int, folder: Path, episodes: int):
+    """The eval env with RecordVideo around its first env (rendering rgb arrays)."""
+    from gymnasium.error import DependencyNotInstalled
+    from gymnasium.wrappers import RecordVideo
+
+    env_cfg = dataclasses.replace(
+        restored.env_cfg, kwargs={**restored.env_cfg.kwargs, "render_mode": "rgb_array"}
+    )
+    env = restored.make_env(num_envs, env_cfg=env_cfg)
+    try:
+        first = env.vec_env.envs[0]
+        env.vec_env.envs[0] = RecordVideo(
+            first, str(folder), episode_trigger=lambda i: i < episodes, disable_logger=True
+        )
+    except (DependencyNotInstalled, ImportError) as e:
+        env.close()
+        raise UserError(f"video=true needs {e}: pip install 'rltool[video]'") from None
+    except Exception as e:  # noqa: BLE001 - e.g. an env without rgb_array rendering
+        env.close()
+        raise UserError(
+            f"video=true: {restored.env_cfg.id} cannot record video ({type(e).__name__}: {e})"
+        ) from None
+    return env
