@@ -77,9 +77,14 @@ class EnvConfig:
     normalize_obs_frames: int | None = None
     normalize_reward: bool = False
     clip_obs: float = 10.0
+    # each step's observations against the declared space (shape, bounds, Discrete range):
+    # auto = the first reset and 100 vector steps, always = every step, never; NaN / inf in an
+    # observation or a reward is always caught (rltool/envs/faults.py)
+    check: str = "auto"
 
     def __post_init__(self):
         check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
+        check_choice("env.check", self.check, ("auto", "always", "never"))
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
