@@ -323,8 +323,18 @@ class EvalConfig:
     episodes: int = 10  # each periodic evaluation
     final_episodes: int = 50  # the final evaluation, at the end of the budget
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
+    # an evaluation episode is cut (counted in eval/episodes_cut, with a warning) after this many
+    # steps; null = the env's time limit, or 10,000 where it has none (rltool/evaluation.py)
+    max_episode_steps: int | None = None
 
     def __post_init__(self):
+        if self.max_episode_steps is not None:
+            check(
+                self.max_episode_steps >= 1,
+                "eval.max_episode_steps",
+                self.max_episode_steps,
+                "must be >= 1 or null",
+            )
         if self.every_frames is not None:
             check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
         check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")

@@ -282,6 +282,23 @@ class Collector:
             v = v.masked_fill(done.view(-1, *[1] * (v.dim() - 1)), 0) if any_done else v
             (self._state if k in self.state_specs else self._inputs)[k] = v
 
+    def restart(self, mask: torch.Tensor, observation) -> None:
+        """New episodes where ``mask`` [B] bool (the env was reset there outside a step, e.g. an
+        evaluation episode cut at its cap): the next step's root takes ``observation`` [B, ...]
+        there, ``is_init`` True, zero state and derived inputs."""
+        obs, is_init = self._env_root
+        obs = obs.clone()
+        obs[mask] = observation[mask]
+        is_init = is_init | mask.view(-1, 1)
+        self._env_root = (obs, is_init)
+        self._inputs[K.OBSERVATION] = self._to_policy(obs)
+        self._is_init = self._to_policy(is_init)
+        rows = self._to_policy(mask)
+        for k in (*self.state_specs, *self.input_specs):
+            where = self._state if k in self.state_specs else self._inputs
+            v = where[k]
+            where[k] = v.masked_fill(rows.view(-1, *[1] * (v.dim() - 1)), 0)
+
     def _store_truncation_value(self, t, r, action, nxt_state) -> None:
         """V(true final observation, state after the step) for the truncated rows."""
         inputs = {

@@ -204,4 +204,13 @@ def make_env(
         check=cfg.check,
     )
     env.set_training(training)
+    env.time_limit = cfg.max_episode_steps or _registered_limit(env_id)
     return env
+
+
+def _registered_limit(env_id: str) -> int | None:
+    """The registered ``max_episode_steps`` of ``env_id`` (its TimeLimit), or None."""
+    try:
+        return gym.spec(env_id.split(":", 1)[-1]).max_episode_steps
+    except gym.error.Error:
+        return None

@@ -92,6 +92,7 @@ class VectorEnv:
         self.specs = EnvSpecs(observation=obs, action=action_spec(vec_env.single_action_space))
         env_id = env_id or getattr(getattr(vec_env, "spec", None), "id", None) or "?"
         self.guard = EnvGuard(vec_env, env_id, check, obs)
+        self.time_limit: int | None = None  # the env's own episode cap, where known (factory)
         self.obs_norm, self.reward_scaler = obs_norm, reward_scaler
         self.device = torch.device(device)
         self.training = True
@@ -179,6 +180,21 @@ class VectorEnv:
             rew = self.reward_scaler(rew[:, 0], torch.from_numpy(done), self.training)[:, None]
         flags = [torch.from_numpy(x[:, None]) for x in (term, trunc, done)]
         return StepResult(*self._to(obs, next_obs, rew, *flags, ep_ret, ep_len))
+
+    def reset_where(self, mask: np.ndarray) -> torch.Tensor | None:
+        """New episodes in the envs where ``mask`` [B] bool (the others untouched); returns the
+        observations [B, ...] (new where ``mask``), or None where the backend cannot reset one
+        env alone (envpool)."""
+        if not isinstance(self.vec_env, gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv):
+            return None
+        options = {"reset_mask": np.asarray(mask, dtype=bool)}
+        raw, _ = self.guard.call("reset", self.vec_env.reset, options=options)
+        obs = self.guard.converted(self._convert, raw)
+        self.guard.finite(obs, None)
+        self._ep_return[mask], self._ep_length[mask] = 0.0, 0
+        if self.reward_scaler is not None:  # the running returns of the episodes cut short
+            self.reward_scaler.ret[mask] = 0.0
+        return self._to(self._norm(obs, False))[0]
 
     # ---- TensorDict API ----
     def reset(self, seed: int | None = None) -> TensorDict:
