@@ -76,9 +76,14 @@ class EnvConfig:
     normalize_obs_frames: int | None = None
     normalize_reward: bool = False  # scale rewards by the running std of discounted returns
     clip_obs: float = 10.0  # normalised observations are clipped to [-this, this]
+    # each step's observations against the declared space (shape, bounds, Discrete range):
+    # auto = the first reset and 100 vector steps, always = every step, never; NaN / inf in an
+    # observation or a reward is always caught (rltool/envs/faults.py)
+    check: str = "auto"
 
     def __post_init__(self):
         check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
+        check_choice("env.check", self.check, ("auto", "always", "never"))
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")
@@ -304,8 +309,18 @@ class EvalConfig:
     episodes: int = 10  # each periodic evaluation
     final_episodes: int = 50  # the final evaluation, at the end of the budget
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
+    # an evaluation episode is cut (counted in eval/episodes_cut, with a warning) after this many
+    # steps; null = the env's time limit, or 10,000 where it has none (rltool/evaluation.py)
+    max_episode_steps: int | None = None
 
     def __post_init__(self):
+        if self.max_episode_steps is not None:
+            check(
+                self.max_episode_steps >= 1,
+                "eval.max_episode_steps",
+                self.max_episode_steps,
+                "must be >= 1 or null",
+            )
         if self.every_frames is not None:
             check(self.every_frames >= 1, "eval.every_frames", self.every_frames, "must be >= 1")
         check(self.episodes >= 1, "eval.episodes", self.episodes, "must be >= 1")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 
 class UserError(Exception):
@@ -18,6 +19,7 @@ EXIT_OK = 0
 EXIT_JOB_FAILED = 1  # rltool train -m: a job of the sweep failed
 EXIT_USAGE = 2  # bad input (a UserError, a Hydra / OmegaConf composition error): one line
 EXIT_DIVERGED = 3  # too many non-finite optimizer steps in a row
+EXIT_ENV = 4  # the user's env failed (raised, NaN / inf, off its space): an EnvError, one line
 EXIT_SOFTWARE = 70  # an internal error: a bug in rltool (sysexits EX_SOFTWARE)
 EXIT_PREEMPTED = 75  # SIGTERM / SIGINT: checkpoint written, resume it (sysexits EX_TEMPFAIL)
 EXIT_PEER_LOST = 76  # a distributed run lost a rank (died, hung): resume it (EX_PROTOCOL)
@@ -31,6 +33,27 @@ class RunStopped(Exception):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class EnvError(Exception):
+    """A fault of the user's env (not of rltool, not of the config): its ``reset`` / ``step``
+    raised, or returned NaN / inf or a value off its declared space. One line naming the env, the
+    vector index, the step and what was wrong; the original exception is the ``__cause__``. The
+    CLI prints it and exits with ``exit_code`` (EXIT_ENV)."""
+
+    exit_code = EXIT_ENV
+
+
+_WARNED: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """One line in rltool's voice on stderr (``rltool: warning: ...``), once per message per
+    process: no Python source line, no repeats from a loop."""
+    if message in _WARNED:
+        return
+    _WARNED.add(message)
+    print(f"rltool: warning: {message}", file=sys.stderr)
 
 
 def one_line(exc: BaseException) -> str:

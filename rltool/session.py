@@ -23,7 +23,6 @@ import signal
 import sys
 import threading
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +32,7 @@ from omegaconf import OmegaConf
 from rltool import checkpoint as ckpt
 from rltool import layout, memories
 from rltool.config_store import is_safe
-from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
+from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError, warn
 
 
 @dataclasses.dataclass
@@ -81,10 +80,9 @@ class Episodes:
 
     def load_state_dict(self, state: dict) -> None:
         if state["env"] is None or self.env.get_state() is None:
-            warnings.warn(
+            warn(
                 f"env {self.env_id} cannot save its state (no get_state/set_state, or the async "
-                "backend): the resumed run starts fresh episodes, so it is not an exact replay",
-                stacklevel=2,
+                "backend): the resumed run starts fresh episodes, so it is not an exact replay"
             )
             if self.env.reward_scaler is not None:  # its running return belonged to old episodes
                 self.env.reward_scaler.reset_returns()

@@ -206,7 +206,9 @@ def train(
             due = c.frames >= c.next_eval or final
             if due and comm.writer:  # rank 0 evaluates for all (the parameters are the same)
                 episodes = cfg.eval.final_episodes if final else cfg.eval.episodes
-                row |= evaluate(run.policy, run.eval_env, eval_seed, episodes)
+                row |= evaluate(
+                    run.policy, run.eval_env, eval_seed, episodes, cfg.eval.max_episode_steps
+                )
                 session.record_eval(row["eval/return_mean"])  # the best policy, when it is
                 for hook in () if final else hooks.on_eval:
                     hook(run_dir, row)

@@ -148,7 +148,65 @@ class QuadraticEnv(gym.Env):
         return np.zeros(1, np.float32), reward, True, False, {}
 
 
+class FaultyEnv(gym.Env):
+    """Never ends (no time limit); observation [t, k] as FakeCount (a Dict {"position": [t, k],
+    "dir": t % 3} when ``dict_obs``), reward 1. At step ``at`` of its first episode the env
+    goes wrong by ``fault``: ``raise`` (RuntimeError('boom') from step()), ``nan_reward``,
+    ``inf_obs`` (position[1] = inf), ``shape`` (an observation of 3 values), ``bounds`` (t beyond
+    the declared high of 1e6), or ``none`` (never ends). Only the env first reset with seed
+    ``only_seed`` (the vector index for a run of seed 0) when that is set."""
+
+    def __init__(self, fault="none", at=5, only_seed=None, dict_obs=False):
+        box = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
+        self.observation_space = (
+            gym.spaces.Dict({"position": box, "dir": gym.spaces.Discrete(3)}) if dict_obs else box
+        )
+        self.action_space = gym.spaces.Discrete(2)
+        self.fault, self.at, self.only_seed, self.dict_obs = fault, at, only_seed, dict_obs
+        self.t, self.k, self.seed = 0, -1, None
+
+    def _obs(self, pos):
+        return {"position": pos, "dir": self.t % 3} if self.dict_obs else pos
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.seed = seed if self.seed is None else self.seed
+        self.t, self.k = 0, self.k + 1
+        return self._obs(np.array([self.t, self.k], np.float32)), {}
+
+    def step(self, action):
+        self.t += 1
+        pos, reward = np.array([self.t, self.k], np.float32), 1.0
+        broken = self.t == self.at and self.k == 0
+        broken &= self.only_seed is None or self.seed == self.only_seed
+        if broken and self.fault == "raise":
+            raise RuntimeError("boom")
+        if broken and self.fault == "nan_reward":
+            reward = float("nan")
+        if broken and self.fault == "inf_obs":
+            pos[1] = np.inf
+        if broken and self.fault == "shape":
+            pos = np.zeros(3, np.float32)
+        if broken and self.fault == "bounds":
+            pos[0] = 2e6
+        return self._obs(pos), reward, False, False, {}
+
+
+FAULTY = {  # id -> FaultyEnv kwargs
+    "FakeBoom-v0": {"fault": "raise"},
+    "FakeNanReward-v0": {"fault": "nan_reward"},
+    "FakeInfObs-v0": {"fault": "inf_obs"},
+    "FakeInfDictObs-v0": {"fault": "inf_obs", "dict_obs": True},
+    "FakeShapeChange-v0": {"fault": "shape"},
+    "FakeOffBounds-v0": {"fault": "bounds"},
+    "FakeEndless-v0": {"fault": "none"},
+}
+
+
 def register() -> None:
+    for name, kwargs in FAULTY.items():
+        if name not in gym.registry:
+            gym.register(name, entry_point=f"{__name__}:FaultyEnv", kwargs=kwargs)
     for name, cls in [
         ("FakeCount-v0", CountEnv),
         ("FakeDiscreteObs-v0", DiscreteObsEnv),

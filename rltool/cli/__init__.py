@@ -9,8 +9,9 @@ parser (:mod:`rltool.cli.args`), ``tune`` running each trial through ``train``'s
 The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): bad input (a
 :class:`~rltool.errors.UserError`, or Hydra / OmegaConf refusing to compose the config) prints
 one line and exits with 2; any other exception is a bug in rltool: one line that says so, exit
-70. A run stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a
-failed job with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
+70. The user's env failing (an :class:`~rltool.errors.EnvError`) is one line and exit 4. A run
+stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a failed job
+with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
 full traceback. The dispatcher leaves ``os.environ`` and ``sys.argv`` as they are: ``train`` runs
 its Hydra app on its argument list, and gets ``--debug`` as an argument.
 """
@@ -24,6 +25,7 @@ from rltool.errors import (
     EXIT_INTERRUPTED,
     EXIT_SOFTWARE,
     EXIT_USAGE,
+    EnvError,
     RunStopped,
     UserError,
     one_line,
@@ -134,6 +136,11 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except EnvError as e:  # the user's env failed, not rltool: its own status; folder kept
+        if debug:
+            raise
+        print(f"rltool {name}: error: {e}", file=stderr)
+        return e.exit_code
     except Exception as e:  # noqa: BLE001 - every failure becomes one line unless --debug
         if debug:
             raise

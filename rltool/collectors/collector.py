@@ -28,6 +28,7 @@ from tensordict import TensorDict
 
 from rltool import keys as K
 from rltool.collectors.devices import module_device, non_blocking, resolve_devices, synchronize
+from rltool.data.sizes import available_on, check_fits, tensor_bytes
 from rltool.envs.vector import VectorEnv
 from rltool.modules.recurrent import recurrent_mode
 from rltool.specs import Spec
@@ -85,7 +86,9 @@ class Collector:
         self.input_specs: dict[str, Spec] = dict(policy.input_specs)
         critic = getattr(policy, "has_critic", False)
         self.has_critic = critic if bootstrap_values is None else bootstrap_values and critic
-        self.rollout = self._allocate()
+        out = self._output_specs()
+        self._check_size(out)
+        self.rollout = self._allocate(out)
         self._leaves = {
             k: self.rollout.get(k) for k in self.rollout.keys(include_nested=True, leaves_only=True)
         }
@@ -120,13 +123,32 @@ class Collector:
             out, _ = self.policy.act(inputs, state, is_init)
         return out
 
-    def _allocate(self) -> TensorDict:
-        T, B, dev = self.T, self.B, self.storing_device
+    def rollout_bytes(self, out: dict[str, torch.Tensor] | None = None) -> int:
+        """Bytes of the [T, B] rollout: its allocation on the meta device (nothing allocated).
+        ``out``: the policy's outputs for one step (probed when not given)."""
+        meta = self._allocate(out or self._output_specs(), torch.device("meta"))
+        return tensor_bytes(meta.values(include_nested=True, leaves_only=True))
+
+    def _check_size(self, out: dict[str, torch.Tensor]) -> None:
+        """A rollout larger than the storing device's free memory: a ConfigError, not an
+        allocator crash or a machine swapping (the observations and images are most of it)."""
+        need, frames = self.rollout_bytes(out), self.T * self.B
+        dev = self.storing_device
+        check_fits(
+            f"collector.frames_per_batch={frames}",
+            need,
+            f"{frames} frames of {need // frames} bytes",
+            "memory for its rollout" if dev.type == "cpu" else f"{dev} memory for its rollout",
+            available_on(dev),
+            "lower collector.frames_per_batch",
+        )
+
+    def _allocate(self, out: dict[str, torch.Tensor], device=None) -> TensorDict:
+        T, B, dev = self.T, self.B, device or self.storing_device
         specs = self.env.specs
         td = TensorDict({}, [T, B], device=dev)
         td[K.OBSERVATION] = specs.observation.zeros(T, B, device=dev)
         td[K.IS_INIT] = torch.zeros(T, B, 1, dtype=torch.bool, device=dev)
-        out = self._output_specs()
         self._out_keys = list(out)
         for k, v in out.items():
             td[k] = torch.zeros(T, B, *v.shape[1:], dtype=v.dtype, device=dev)
@@ -259,6 +281,23 @@ class Collector:
             v = carried[k]
             v = v.masked_fill(done.view(-1, *[1] * (v.dim() - 1)), 0) if any_done else v
             (self._state if k in self.state_specs else self._inputs)[k] = v
+
+    def restart(self, mask: torch.Tensor, observation) -> None:
+        """New episodes where ``mask`` [B] bool (the env was reset there outside a step, e.g. an
+        evaluation episode cut at its cap): the next step's root takes ``observation`` [B, ...]
+        there, ``is_init`` True, zero state and derived inputs."""
+        obs, is_init = self._env_root
+        obs = obs.clone()
+        obs[mask] = observation[mask]
+        is_init = is_init | mask.view(-1, 1)
+        self._env_root = (obs, is_init)
+        self._inputs[K.OBSERVATION] = self._to_policy(obs)
+        self._is_init = self._to_policy(is_init)
+        rows = self._to_policy(mask)
+        for k in (*self.state_specs, *self.input_specs):
+            where = self._state if k in self.state_specs else self._inputs
+            v = where[k]
+            where[k] = v.masked_fill(rows.view(-1, *[1] * (v.dim() - 1)), 0)
 
     def _store_truncation_value(self, t, r, action, nxt_state) -> None:
         """V(true final observation, state after the step) for the truncated rows."""

@@ -29,6 +29,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rltool import keys as K
+from rltool.data.sizes import available_memory, check_fits, free_disk, spec_bytes
 from rltool.errors import UserError
 
 BASE_KEYS = (
@@ -43,6 +44,7 @@ BASE_KEYS = (
 )
 _TD_TYPES = {"<class 'tensordict._td.TensorDict'>", "TensorDict", "tensordict:TensorDict", None}
 _FORMAT = 1
+PRIORITY_BYTES = 4  # the float32 priority of each stored step, always in memory
 
 
 def replay_keys(policy) -> tuple[tuple[str, ...], tuple]:
@@ -271,6 +273,38 @@ def check_plain_tensors(path: Path) -> None:
                 )
 
 
+def step_bytes(policy) -> int:
+    """Bytes one stored transition takes (every key of :func:`replay_keys`), from the policy's
+    env specs, inputs and state: what :meth:`ReplayBuffer.extend` will allocate per step."""
+    specs = policy.specs
+    flags = 4  # is_init, terminated, truncated, done: one bool each
+    own = {**policy.input_specs, **policy.state_specs}
+    return (
+        2 * spec_bytes(specs.observation)
+        + spec_bytes(specs.action)
+        + spec_bytes(specs.reward)
+        + flags
+        + sum(spec_bytes(s) for s in own.values())
+    )
+
+
+def check_replay_size(cfg, num_envs: int, policy, path) -> None:
+    """ConfigError before allocation where ``buffer.size`` transitions (and their priorities,
+    float32 in memory) do not fit the memory, or a memmap's disk at ``path``."""
+    n = cfg.size // num_envs * num_envs
+    per, setting = step_bytes(policy), f"buffer.size={cfg.size}"
+    count = f"{n} transitions of {per} bytes"
+    prio = n * PRIORITY_BYTES
+    if cfg.storage == "memmap":
+        fix = "lower buffer.size or set buffer.path to a larger disk"
+        check_fits(setting, n * per, count, f"disk at {path}", free_disk(path), fix)
+        check_fits(setting, prio, f"{n} priorities", "memory", available_memory(), fix)
+        return
+    fix = "lower buffer.size or use buffer.storage=memmap"
+    have = available_memory()
+    check_fits(setting, n * (per + PRIORITY_BYTES), count, "memory for its replay", have, fix)
+
+
 def make_replay(cfg, n_steps: int, num_envs: int, policy, seed: int, run_dir=None) -> ReplayBuffer:
     """The replay of a ``buffer`` config for ``policy``: windows of ``n_steps`` with one loss step
     for an MLP; ``seq_len`` with ``burn_in`` for a recurrent policy. A memmap without
@@ -280,6 +314,7 @@ def make_replay(cfg, n_steps: int, num_envs: int, policy, seed: int, run_dir=Non
     path = cfg.path
     if cfg.storage == "memmap" and path is None:
         path = Path(run_dir) / "replay" if run_dir is not None else tempfile.mkdtemp("-replay")
+    check_replay_size(cfg, num_envs, policy, path)
     return ReplayBuffer(
         cfg.size,
         num_envs,

@@ -180,8 +180,9 @@ def make_env(
     ``training=False``: it shares the statistics, frozen, and never scales rewards."""
     n = num_envs or cfg.num_envs
     backend = backend or cfg.backend
+    env_id = resolve_id(cfg)
     if backend == "envpool":
-        vec = EnvPoolVectorEnv(resolve_id(cfg), n, dict(cfg.kwargs), cfg.max_episode_steps)
+        vec = EnvPoolVectorEnv(env_id, n, dict(cfg.kwargs), cfg.max_episode_steps)
         obs_spec, _ = observation_spec(vec.single_observation_space, *_obs_args(cfg))
     else:
         vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
@@ -190,6 +191,26 @@ def make_env(
     scaler = RewardScaler(n, gamma) if cfg.normalize_reward and training else None
     norm = obs_norm if cfg.normalize_obs else None
     keys, symbolic = _obs_args(cfg)[1:]
-    env = VectorEnv(vec, cfg.obs_keep, norm, scaler, device, obs_keys=keys, symbolic=symbolic)
+    label = env_id if env_id.endswith(cfg.id) else f"{cfg.id} ({env_id})"  # the user's name
+    env = VectorEnv(
+        vec,
+        cfg.obs_keep,
+        norm,
+        scaler,
+        device,
+        obs_keys=keys,
+        symbolic=symbolic,
+        env_id=label,
+        check=cfg.check,
+    )
     env.set_training(training)
+    env.time_limit = cfg.max_episode_steps or _registered_limit(env_id)
     return env
+
+
+def _registered_limit(env_id: str) -> int | None:
+    """The registered ``max_episode_steps`` of ``env_id`` (its TimeLimit), or None."""
+    try:
+        return gym.spec(env_id.split(":", 1)[-1]).max_episode_steps
+    except gym.error.Error:
+        return None

@@ -17,6 +17,7 @@ import torch
 from tensordict import TensorDict
 
 from rltool import keys as K
+from rltool.envs.faults import EnvGuard
 from rltool.envs.normalize import ObsNormalizer, RewardScaler
 from rltool.envs.spaces import make_converter
 from rltool.envs.state import get_env_state, set_env_state
@@ -69,7 +70,9 @@ def action_spec(space: gym.Space) -> Spec:
 
 
 class VectorEnv:
-    """TensorDict env over a gymnasium vector env (which must use SAME_STEP autoreset)."""
+    """TensorDict env over a gymnasium vector env (which must use SAME_STEP autoreset). What
+    goes wrong inside the env is an :class:`~rltool.errors.EnvError` naming ``env_id``; ``check``
+    is ``env.check`` (see :mod:`rltool.envs.faults`)."""
 
     def __init__(
         self,
@@ -80,11 +83,16 @@ class VectorEnv:
         device: torch.device | str = "cpu",
         obs_keys: list[str] | None = None,
         symbolic: bool = False,
+        env_id: str | None = None,
+        check: str = "auto",
     ):
         self.vec_env, self.num_envs = vec_env, vec_env.num_envs
         space = vec_env.single_observation_space
         obs, self._convert = observation_spec(space, obs_keep, obs_keys, symbolic)
         self.specs = EnvSpecs(observation=obs, action=action_spec(vec_env.single_action_space))
+        env_id = env_id or getattr(getattr(vec_env, "spec", None), "id", None) or "?"
+        self.guard = EnvGuard(vec_env, env_id, check, obs)
+        self.time_limit: int | None = None  # the env's own episode cap, where known (factory)
         self.obs_norm, self.reward_scaler = obs_norm, reward_scaler
         self.device = torch.device(device)
         self.training = True
@@ -129,12 +137,17 @@ class VectorEnv:
 
     # ---- tensor-level API (the collector's hot path) ----
     def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
-        raw, _ = self.vec_env.reset(seed=seed)
+        g = self.guard
+        raw, _ = g.call("reset", self.vec_env.reset, seed=seed)
+        if g.check != "never":
+            g.in_space(raw)
+        obs = g.converted(self._convert, raw)
+        g.finite(obs, None)
         self._ep_return[:] = 0.0
         self._ep_length[:] = 0
         if self.reward_scaler is not None:
             self.reward_scaler.reset_returns()
-        return self._to(self._obs(raw))[0]
+        return self._to(self._norm(obs, True))[0]
 
     def step_tensors(self, action: torch.Tensor) -> StepResult:
         act = action.detach()
@@ -143,23 +156,45 @@ class VectorEnv:
             act = act + self._act_offset if self._has_offset else act
         else:  # the policy's Gaussian sample is unbounded; the env gets it clipped to its bounds
             act = np.clip(act, self._low, self._high)
-        raw, reward, term, trunc, info = self.vec_env.step(act)
+        g = self.guard
+        g.steps += 1
+        raw, reward, term, trunc, info = g.call("step", self.vec_env.step, act)
         done = term | trunc
+        obs = g.converted(self._convert, raw)
+        g.finite(obs, reward)
+        if g.due():
+            g.in_space(raw, info.get("final_obs"), info.get("_final_obs"))
         self._ep_return += reward[:, None]
         self._ep_length += 1
         ep_ret = torch.from_numpy(self._ep_return.astype(np.float32))
         ep_len = torch.from_numpy(self._ep_length.copy())
-        obs = self._obs(raw)
+        obs = self._norm(obs, True)
         next_obs = obs
         if done.any():
             self._ep_return[done], self._ep_length[done] = 0.0, 0
             final = self._convert.merge_final(raw, info["final_obs"], info["_final_obs"])
+            g.finite(final, None, "final observation")
             next_obs = self._norm(final, update=False)
         rew = torch.from_numpy(np.asarray(reward, dtype=np.float32)[:, None])
         if self.reward_scaler is not None:
             rew = self.reward_scaler(rew[:, 0], torch.from_numpy(done), self.training)[:, None]
         flags = [torch.from_numpy(x[:, None]) for x in (term, trunc, done)]
         return StepResult(*self._to(obs, next_obs, rew, *flags, ep_ret, ep_len))
+
+    def reset_where(self, mask: np.ndarray) -> torch.Tensor | None:
+        """New episodes in the envs where ``mask`` [B] bool (the others untouched); returns the
+        observations [B, ...] (new where ``mask``), or None where the backend cannot reset one
+        env alone (envpool)."""
+        if not isinstance(self.vec_env, gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv):
+            return None
+        options = {"reset_mask": np.asarray(mask, dtype=bool)}
+        raw, _ = self.guard.call("reset", self.vec_env.reset, options=options)
+        obs = self.guard.converted(self._convert, raw)
+        self.guard.finite(obs, None)
+        self._ep_return[mask], self._ep_length[mask] = 0.0, 0
+        if self.reward_scaler is not None:  # the running returns of the episodes cut short
+            self.reward_scaler.ret[mask] = 0.0
+        return self._to(self._norm(obs, False))[0]
 
     # ---- TensorDict API ----
     def reset(self, seed: int | None = None) -> TensorDict:
