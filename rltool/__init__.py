@@ -3,17 +3,18 @@
 The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until a call needs it)::
 
     cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm")   # what rltool train would run
-    summary = rltool.train(cfg, "runs/lstm", hooks=rltool.Hooks(on_eval=[...]))
+    summary = rltool.fit(cfg, "runs/lstm", hooks=rltool.Hooks(on_eval=[...]))  # rltool train
     summary = rltool.resume("runs/lstm", "total_frames=200000")
     result = rltool.evaluate("runs/lstm", episodes=20)
     policy, state = rltool.load_policy("runs/lstm")
 """
 
 __version__ = "0.1.0"
-__all__ = ["Hooks", "compose", "evaluate", "load_policy", "resume", "saved_config", "train"]
+# training is ``fit``: ``rltool.train`` is the training loop's module (rltool/train.py)
+__all__ = ["Hooks", "compose", "evaluate", "fit", "load_policy", "resume", "saved_config"]
 
 _LAZY = {  # name -> its module, imported on first use
-    "train": "rltool.api",
+    "fit": "rltool.api",
     "resume": "rltool.api",
     "evaluate": "rltool.api",
     "saved_config": "rltool.api",

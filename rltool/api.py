@@ -1,10 +1,11 @@
 """The public Python API, exported from ``rltool``: compose a config, train, resume, evaluate, load
-a policy. Each call does what its command does, in this process::
+a policy. Each call does what its command does, in this process (training is ``rltool.fit``:
+``rltool.train`` is the module of the training loop, ``rltool/train.py``)::
 
     import rltool
 
     cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm", "total_frames=20000")
-    summary = rltool.train(cfg, "runs/lstm")                 # rltool train ... hydra.run.dir=
+    summary = rltool.fit(cfg, "runs/lstm")                   # rltool train ... hydra.run.dir=
     summary = rltool.resume("runs/lstm", "total_frames=40000")  # rltool train resume=...
     result = rltool.evaluate("runs/lstm", episodes=20)       # rltool eval run=... (eval.json)
     policy, state = rltool.load_policy("runs/lstm")          # the policy for your own loop
@@ -28,7 +29,7 @@ from rltool.errors import UserError
 from rltool.hooks import Hooks
 
 
-def train(cfg: Config, run_dir: str | Path | None = None, *, hooks: Hooks | None = None) -> dict:
+def fit(cfg: Config, run_dir: str | Path | None = None, *, hooks: Hooks | None = None) -> dict:
     """Trains ``cfg`` (from :func:`rltool.compose`) into ``run_dir`` (default:
     ``outputs/<date>/<time>``, as ``rltool train``) holding the folder's lock; returns the
     summary (``summary.json``: frames, wall time, the final and best evaluations). With
@@ -53,7 +54,7 @@ def resume(run_dir: str | Path, *overrides: str, hooks: Hooks | None = None) -> 
     if not layout.has_checkpoint(run_dir):
         raise UserError(f"{run_dir} holds no checkpoint to resume: start a new run")
     cfg = saved_config(run_dir, *overrides)
-    return train(dataclasses.replace(cfg, resume=str(run_dir)), run_dir, hooks=hooks)
+    return fit(dataclasses.replace(cfg, resume=str(run_dir)), run_dir, hooks=hooks)
 
 
 def saved_config(run_dir: str | Path, *overrides: str) -> Config:
