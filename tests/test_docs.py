@@ -36,3 +36,13 @@ def test_the_site_builds_strictly(tmp_path):
 def test_every_path_a_page_names_exists(page):
     missing = [p for p in named_paths(page.read_text()) if not exists(p)]
     assert not missing, f"{page.relative_to(ROOT)} names paths that do not exist: {missing}"
+
+
+def test_the_readmes_test_commands_are_cis():
+    """The README's "To run the tests" block is what .ci/run runs (-q aside), so a user who
+    follows it gets every package the tests use (the ``test`` extra)."""
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("To run the tests", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    ci = [line.replace(" -q", "") for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = [line.replace(" -q", "") for line in block.strip().splitlines()]
+    assert commands and all(c in ci for c in commands), (commands, ci)
