@@ -4,6 +4,7 @@ exists."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -46,3 +47,9 @@ def test_the_readmes_test_commands_are_cis():
     ci = [line.replace(" -q", "") for line in (ROOT / ".ci" / "run").read_text().splitlines()]
     commands = [line.replace(" -q", "") for line in block.strip().splitlines()]
     assert commands and all(c in ci for c in commands), (commands, ci)
+
+
+def test_every_link_of_the_readme_exists():
+    links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
+    local = [p for p in links if not p.startswith(("http://", "https://"))]
+    assert local and [p for p in local if not (ROOT / p).exists()] == []
