@@ -77,13 +77,20 @@ def diff(a: Path, b: Path) -> int:
     print(f"{'case':<28} {'rows':>5} {'columns':>8}  result")
     for name, x, y in pairs:
         rx, ry = rows(x), rows(y)
+        # a column only one side has (a metric added by the change) is named, not compared
+        added = sorted(set(ry[0]) - set(rx[0])) if rx and ry else []
+        gone = sorted(set(rx[0]) - set(ry[0])) if rx and ry else []
+        rx = [{k: v for k, v in r.items() if k not in gone} for r in rx]
+        ry = [{k: v for k, v in r.items() if k not in added} for r in ry]
         same = rx == ry
         first = next((i for i, (p, q) in enumerate(zip(rx, ry, strict=False)) if p != q), None)
         note = (
             "identical" if same else f"DIFFERENT (rows {len(rx)} vs {len(ry)}, first row {first})"
         )
+        note += "".join(f"; new column {c}" for c in added)
+        note += "".join(f"; column {c} gone" for c in gone)
         print(f"{name:<28} {len(rx):>5} {len(rx[0]) if rx else 0:>8}  {note}")
-        bad += not same
+        bad += not same or bool(gone)
     return 1 if bad else 0
 
 
