@@ -27,13 +27,14 @@ def test_short_and_full_ids():
 
 @pytest.mark.parametrize(("policy", "shape"), [("lstm", (84, 84)), ("mlp", (4, 84, 84))])
 def test_frames_are_uint8_and_stacked_for_mlp_only(policy, shape):
-    cfg = make_cfg("env=atari", f"policy={policy}", "env.num_envs=2")
+    # 4 envs: the preset's 4 minibatches split the lstm's env columns (2 would be refused)
+    cfg = make_cfg("env=atari", f"policy={policy}", "env.num_envs=4")
     assert cfg.env.frame_stack == (4 if policy == "mlp" else 1)
     assert (cfg.loss.epochs, cfg.collector.frames_per_batch) == (4, 1024)  # the same for both
     env = make_env(cfg.env)
     try:
         obs = env.reset_tensors(seed=0)
-        assert obs.dtype == torch.uint8 and obs.shape == (2, *shape)
+        assert obs.dtype == torch.uint8 and obs.shape == (4, *shape)
         policy_net = make_policy(cfg.policy, env.specs)
         convs = [m for m in policy_net.modules() if isinstance(m, torch.nn.Conv2d)]
         assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride) for c in convs[:3]] == [

@@ -99,7 +99,7 @@ def test_update_steps_reduce_the_loss_on_a_fixed_batch(kind):
 
 
 BAD = [
-    (["loss.sampler=steps"], "loss.sampler=steps"),
+    (["loss.sampler=steps"], "loss.sampler='steps'"),
     (["policy.hidden_size=0"], "policy.hidden_size=0"),
     (["policy.recurrent_mode=temporal"], "policy.recurrent_mode='temporal'"),
     (["policy.inputs=[observation,prev_obs]"], "policy.inputs='prev_obs'"),
