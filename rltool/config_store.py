@@ -92,6 +92,17 @@ def to_config(cfg: DictConfig) -> Config:
     return OmegaConf.to_object(cfg)
 
 
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested config dict as ``{"group.key": value}`` (an empty dict stays a value)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out |= flatten(v, f"{prefix}{k}.")
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
 def compose(*overrides: str) -> Config:
     """The config ``rltool train <overrides>`` would run (``rltool.compose``): the same files,
     the same checks; bad input raises :class:`~rltool.errors.ConfigError` (or Hydra's error for

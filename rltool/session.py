@@ -31,7 +31,7 @@ from omegaconf import OmegaConf
 
 from rltool import checkpoint as ckpt
 from rltool import layout, memories
-from rltool.config_store import is_safe
+from rltool.config_store import flatten, is_safe
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError, warn
 
 
@@ -139,16 +139,6 @@ def unpack(body: dict, comm, path: Path) -> tuple[dict, dict]:
     return body["state"] | {k: v for k, v in own.items() if k != "rng"}, own["rng"]
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out |= _flat(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _plain(cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg))
 
@@ -226,7 +216,7 @@ class Session:
 
     @staticmethod
     def _check_config(saved: dict, current: dict, path: Path) -> None:
-        old, new = _flat(saved), _flat(current)
+        old, new = flatten(saved), flatten(current)
         diffs = [k for k in old if k in new and not is_safe(k) and old[k] != new[k]]
         if diffs:
             k = diffs[0]

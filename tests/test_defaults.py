@@ -21,7 +21,7 @@ from rltool.config import (
     OptimConfig,
     PolicyConfig,
 )
-from rltool.config_store import options
+from rltool.config_store import flatten, options
 from rltool.errors import ConfigError
 
 
@@ -62,7 +62,7 @@ ALGO_MAY_SET = ("loss", "buffer", "collector.frames_per_batch")
 def test_an_algorithms_option_changes_no_policy_env_optimizer_or_budget(name):
     base = as_dict(rltool.compose("~tuned"))
     other = as_dict(rltool.compose(f"loss={name}", "~tuned"))
-    changed = [k for k in _flat(base) if _flat(base)[k] != _flat(other).get(k)]
+    changed = [k for k in flatten(base) if flatten(base)[k] != flatten(other).get(k)]
     assert [k for k in changed if not k.startswith(ALGO_MAY_SET)] == []
 
 
@@ -72,16 +72,6 @@ def test_loss_dqn_keeps_the_memorys_own_head():
     assert dqn.policy == lstm.policy
     assert dqn.policy.hidden_sizes == [64]
     assert not dqn.env.normalize_obs and not dqn.env.normalize_reward  # the tuned file's
-
-
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out |= _flat(v, f"{prefix}{k}.")
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def test_compose_refuses_like_train():
