@@ -76,7 +76,10 @@ def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_every_shell_block_is_marked():
     unmarked = [
-        f"{p.relative_to(ROOT)}:{line + 1}" for p in PAGES for mark, _, line in blocks(p) if not mark
+        f"{p.relative_to(ROOT)}:{line + 1}"
+        for p in PAGES
+        for mark, _, line in blocks(p)
+        if not mark
     ]
     assert not unmarked, f"mark these blocks test: run or not-run: <reason>: {unmarked}"
 
