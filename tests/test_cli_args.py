@@ -199,7 +199,7 @@ def test_help_lists_every_option_the_same_way(command, capsys):
 
 def test_option_tables_describe_every_command():
     tables = option_tables()
-    assert set(tables) == {"eval", "report", "plot", "tune"}
+    assert set(tables) == {"eval", "export", "report", "plot", "tune"}
     assert all(isinstance(o, Option) and o.help for t in tables.values() for o in t)
     report = {o.name: o for o in tables["report"]}
     assert report["format"].type == "table|markdown|csv" and report["format"].default == "table"
