@@ -246,3 +246,30 @@ def test_a_missing_package_names_the_extra(cartpole_run, tmp_path, monkeypatch):
     with pytest.raises(UserError, match=r"pip install 'rltool\[export\]'"):
         export_policy(run, "onnx", out=tmp_path / "p.onnx")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pt2_file_loads_and_runs_without_rltool(cartpole_run, tmp_path):
+    kind, run = cartpole_run
+    if kind != "lstm":
+        pytest.skip("one memory is enough")
+    path = export_policy(run, "pt2", out=tmp_path / "p.pt2")
+    code = (
+        "import sys, json, torch\n"
+        "class NoRltool:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name.split('.')[0] == 'rltool': raise ImportError('rltool imported')\n"
+        "sys.meta_path.insert(0, NoRltool())\n"
+        "extra = {'rltool.json': ''}\n"
+        f"step = torch.export.load({str(path)!r}, extra_files=extra).module()\n"
+        "inputs = json.loads(extra['rltool.json'])['inputs']\n"
+        "feed = {i['name']: torch.zeros([5, *i['shape'][1:]], dtype=getattr(torch, i['dtype']))"
+        " for i in inputs}\n"
+        "with torch.no_grad():\n"
+        "    out = step(feed)\n"
+        "print(tuple(out['action'].shape), tuple(out['next_recurrent_state_h'].shape))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "(5,) (5, 1, 8)"
