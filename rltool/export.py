@@ -270,11 +270,13 @@ def export_policy(
     if fmt not in FORMATS:
         raise UserError(f"format={fmt!r} is unknown: choose one of {', '.join(FORMATS)}")
     _needs(fmt)
-    restored = restore(Path(run_dir), checkpoint)
-    memory = restored.policy_cfg.kind
     out = Path(out) if out else Path(run_dir) / f"policy.{fmt}"
     if out.is_dir():
         raise UserError(f"out={out} is a folder: give a file name, e.g. out={out}/policy.{fmt}")
+    if out.parent != Path(run_dir) and not out.parent.is_dir():
+        raise UserError(f"out={out}: no folder {out.parent}; create it or give another file")
+    restored = restore(Path(run_dir), checkpoint)
+    memory = restored.policy_cfg.kind
     step = PolicyStep(restored, full).eval()
     meta = contract(step, fmt, run_dir, restored.checkpoint)
     program = _program(step, memory)

@@ -213,6 +213,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     assert main(["export", f"run={tmp_path}", "format=tflite"]) == 2
     err = capsys.readouterr().err
     assert "format='tflite' is invalid" in err and len(err.strip().splitlines()) == 1
+    with pytest.raises(UserError, match="no folder"):
+        export_policy(tmp_path, "pt2", out=tmp_path / "nope" / "p.pt2")
 
 
 def test_a_step_that_cannot_be_exported_is_refused_and_leaves_no_file(
