@@ -1,5 +1,6 @@
-"""The one ``key=value`` convention of eval, report, plot and tune (rltool/cli/args.py): types,
-lists, quoted paths, one-line refusals, the old flags, and the same help layout everywhere."""
+"""The one ``key=value`` convention of eval, export, report, plot and tune (rltool/cli/args.py):
+types, lists, quoted paths, one-line refusals, the old flags, and the same help layout
+everywhere."""
 
 import re
 from dataclasses import dataclass, field
@@ -177,7 +178,7 @@ def test_report_reads_a_path_with_spaces_and_non_ascii_letters(tmp_path, capsys)
 HELP_LINE = re.compile(r"  (\w+)=<([^>]+)> \((default: .*|required)\) +\S")
 
 
-@pytest.mark.parametrize("command", ["eval", "report", "plot", "tune"])
+@pytest.mark.parametrize("command", ["eval", "export", "report", "plot", "tune"])
 def test_help_lists_every_option_the_same_way(command, capsys):
     assert main([command, "--help"]) == 0
     out = capsys.readouterr().out
@@ -199,7 +200,7 @@ def test_help_lists_every_option_the_same_way(command, capsys):
 
 def test_option_tables_describe_every_command():
     tables = option_tables()
-    assert set(tables) == {"eval", "report", "plot", "tune"}
+    assert set(tables) == {"eval", "export", "report", "plot", "tune"}
     assert all(isinstance(o, Option) and o.help for t in tables.values() for o in t)
     report = {o.name: o for o in tables["report"]}
     assert report["format"].type == "table|markdown|csv" and report["format"].default == "table"

@@ -50,6 +50,7 @@ LAYERS = {
     "rltool/checkpoint.py": RUN,
     "rltool/evaluation.py": RUN,
     "rltool/inference.py": RUN,
+    "rltool/export.py": RUN,  # a policy as one ONNX / torch.export file (rltool export)
     "rltool/sweep.py": RUN,
     "rltool/results.py": RUN,
     "rltool/tables.py": RUN,

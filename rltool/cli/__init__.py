@@ -51,6 +51,10 @@ COMMANDS = {
         _lazy("rltool.cli.eval", "main"),
         "evaluate a run: run=<folder> [episodes=10] [checkpoint=best] [video=true] ...",
     ),
+    "export": (
+        _lazy("rltool.cli.export", "main"),
+        "a run's policy as one ONNX / torch.export file: run=<folder> [format=onnx|pt2] ...",
+    ),
     "report": (
         _lazy("rltool.cli.report", "report_main"),
         "table of runs/sweeps/studies: <folder> ... [by=[env,policy]] [goal=450] [format=csv]",

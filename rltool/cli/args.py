@@ -31,6 +31,7 @@ from rltool.errors import UserError
 # command -> the dataclass of its options ("module:class", imported when asked)
 COMMANDS = {
     "eval": "rltool.cli.eval:EvalArgs",
+    "export": "rltool.cli.export:ExportArgs",
     "report": "rltool.cli.report:ReportArgs",
     "plot": "rltool.cli.plot:PlotArgs",
     "tune": "rltool.cli.tune:Options",

@@ -108,6 +108,25 @@ class FFMModule(Memory):
             out.append(s)
         return h, (_to_real(torch.stack(out, 1)),)
 
+    def export_step(self, x, states, reset):
+        """:meth:`_step` in real arithmetic (the same numbers to rounding), for exporters
+        without complex tensors (ONNX): S = gamma * S_prev + x~ as its real and imaginary parts."""
+        s_prev = states[0].masked_fill(reset.view(-1, 1, 1, 1, 1), 0.0)
+        h, out = x, []
+        for i, layer in enumerate(self.layers):
+            r = torch.exp(-layer.alpha.abs())[:, None]  # [m, 1]
+            g_re, g_im = r * torch.cos(layer.omega), r * torch.sin(layer.omega)  # [m, c]
+            p_re, p_im = s_prev[:, i, 0], s_prev[:, i, 1]
+            v, g = layer.pre(h).chunk(2, -1)
+            s_re = g_re * p_re - g_im * p_im + (v * torch.sigmoid(g)).unsqueeze(-1)
+            s_im = g_re * p_im + g_im * p_re
+            z = layer.mix(torch.cat([s_re, s_im], -1).flatten(-2))
+            gate, skip = layer.skip(h).chunk(2, -1)
+            gate = torch.sigmoid(gate)
+            h = layer.norm(z) * gate + skip * (1 - gate)
+            out.append(torch.stack([s_re, s_im], 1))
+        return h, (torch.stack(out, 1),)
+
     def _scan(self, x, states, is_init, need_states):
         """x [T, N, F], states ([N, L, 2, m, c],), is_init [T, N] -> y [T, N, H], states after
         each step ([T, N, L, 2, m, c],) or None."""
