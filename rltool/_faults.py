@@ -9,14 +9,20 @@ unless a test set one of these variables (in the environment of the process it s
 - ``RLTOOL_DIST_KILL=<rank>@<iteration>[:STOP]``: that rank kills itself (``:STOP``: stops, a
   hang) at ``dist.iteration``, as it starts that iteration's collectives;
 - ``RLTOOL_DIST_SLOW=<rank>:<seconds>``: that rank pauses after each env step at
-  ``dist.env_step`` (a straggler, while ``distributed.sync_fraction`` is on).
+  ``dist.env_step`` (a straggler, while ``distributed.sync_fraction`` is on);
+- ``RLTOOL_WRITE_FAULT=<ERRNO>[:<glob>][@<n>]``: ``write`` (every write into a run folder,
+  :mod:`rltool.writes` and the lock) raises ``OSError(ERRNO)`` (``ENOSPC``, ``EACCES``, ...) from
+  the n-th write whose path matches ``glob`` (default ``*``, every path) on: a full disk stays
+  full.
 
-:data:`test_hook`, when set (in-process tests), is called with every point's name first: it may
-raise to crash the run there.
+:data:`test_hook`, when set (in-process tests), is called with every point's name first (a write:
+``write:<path>``): it may raise to crash the run there.
 """
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import os
 import signal
 import time
@@ -26,15 +32,18 @@ CHECKPOINT_STEPS = ("after_temp_write", "after_fsync", "after_rename", "before_p
 
 test_hook: Callable[[str], None] | None = None
 _writes = 0  # checkpoint writes of this process (counted at checkpoint.start)
+_file_writes = 0  # writes matching RLTOOL_WRITE_FAULT's glob so far
 
 
-def point(name: str, *, rank: int = 0, iteration: int = 0) -> None:
+def point(name: str, *, rank: int = 0, iteration: int = 0, path: os.PathLike | None = None) -> None:
     """Fault point ``name`` (``checkpoint.start``, ``checkpoint.<step>``, ``dist.iteration``,
-    ``dist.env_step``), reached by ``rank`` at ``iteration``."""
+    ``dist.env_step``, ``write``), reached by ``rank`` at ``iteration``, writing ``path``."""
     global _writes
     if test_hook is not None:
-        test_hook(name)
-    if name == "checkpoint.start":
+        test_hook(name if path is None else f"{name}:{path}")
+    if name == "write":
+        _write_fault(path)
+    elif name == "checkpoint.start":
         _writes += 1
     elif name.startswith("checkpoint."):
         _checkpoint_kill(name.removeprefix("checkpoint."))
@@ -64,3 +73,17 @@ def _dist_slow(rank: int) -> None:
     who, _, pause = os.environ.get("RLTOOL_DIST_SLOW", "").partition(":")
     if who == str(rank):
         time.sleep(float(pause))
+
+
+def _write_fault(path) -> None:
+    global _file_writes
+    spec = os.environ.get("RLTOOL_WRITE_FAULT")
+    if not spec:
+        return
+    spec, _, nth = spec.partition("@")
+    code, _, glob = spec.partition(":")
+    if fnmatch.fnmatchcase(os.fspath(path), glob or "*"):
+        _file_writes += 1
+        if _file_writes >= int(nth or 1):
+            number = getattr(errno, code)
+            raise OSError(number, os.strerror(number), os.fspath(path))

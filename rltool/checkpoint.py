@@ -27,13 +27,14 @@ import os
 import re
 import shutil
 import zipfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 from rltool import _faults, layout
+from rltool.config_store import flatten, is_safe
 from rltool.errors import UserError
+from rltool.writes import atomic_write, fsync_dir, writing
 
 FORMAT = "rltool-checkpoint"
 VERSION = 1
@@ -45,37 +46,12 @@ def checkpoint_dir(run_dir: str | os.PathLike) -> Path:
     return Path(run_dir) / layout.CHECKPOINTS
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(path: Path) -> None:
     for root, _, files in os.walk(path):
         for f in files:
             with open(Path(root) / f, "rb+") as fh:
                 os.fsync(fh.fileno())
-        _fsync_dir(Path(root))
-
-
-def atomic_write(path: Path, write: Callable, points: bool = False) -> None:
-    """``write(file)`` into a temp file beside ``path``, flush, fsync, rename over ``path``."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        if points:
-            _faults.point("checkpoint.after_temp_write")
-        os.fsync(f.fileno())
-    if points:
-        _faults.point("checkpoint.after_fsync")
-    os.replace(tmp, path)
-    if points:
-        _faults.point("checkpoint.after_rename")
-    _fsync_dir(path.parent)
+        fsync_dir(Path(root))
 
 
 def _checkpoints(directory: Path) -> list[Path]:
@@ -107,20 +83,26 @@ def save(
     folder saver) atomically, points ``latest`` at it and keeps the newest ``keep``."""
     _faults.point("checkpoint.start")
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob(".*.tmp-*"):  # left by a killed write
-        if stale.is_dir():
-            shutil.rmtree(stale)
-        else:
-            stale.unlink()
+    with writing(directory):
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob(".*.tmp-*"):  # left by a killed write
+            if stale.is_dir():
+                shutil.rmtree(stale)
+            else:
+                stale.unlink()
     stem = layout.checkpoint_stem(frames)
     for name, saver in (folders or {}).items():
         final, tmp = directory / f"{stem}.{name}", directory / f".{stem}.{name}.tmp-{os.getpid()}"
-        saver.save(tmp)
-        _fsync_tree(tmp)
-        if final.exists():  # an unreferenced leftover of a write that never got its pointer
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        with writing(final):
+            try:
+                saver.save(tmp)
+                _fsync_tree(tmp)
+            except BaseException:  # a full disk: no half folder left behind
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            if final.exists():  # an unreferenced leftover of a write that never got its pointer
+                shutil.rmtree(final)
+            os.replace(tmp, final)
     path = directory / f"{stem}.pt"
     body = {"format": FORMAT, "version": VERSION, **payload, "folders": sorted(folders or {})}
     atomic_write(path, lambda f: torch.save(body, f), points=True)
@@ -203,6 +185,21 @@ def load(path: str | os.PathLike) -> dict:
                 "restore it, or put the name of an older checkpoint into 'latest'"
             )
     return body
+
+
+def check_config(saved: dict, current: dict, path: Path, fix: str) -> None:
+    """Refuses, in one line ending with ``fix``, checkpoint ``path`` whose config (``saved``)
+    differs from the run's (``current``) in a key that must not change (env, spaces, policy,
+    algorithm: any key but :data:`~rltool.config_store.SAFE_KEYS`), naming the first."""
+    old, new = flatten(saved), flatten(current)
+    diffs = [k for k in old if k in new and not is_safe(k) and old[k] != new[k]]
+    if diffs:
+        k = diffs[0]
+        more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
+        raise UserError(
+            f"checkpoint {path} was written with {k}={old[k]!r} but the run's config says "
+            f"{new[k]!r}{more}: {fix}"
+        )
 
 
 def check_parts(path: Path, saved: dict, own: dict) -> None:

@@ -20,6 +20,7 @@ EXIT_JOB_FAILED = 1  # rltool train -m: a job of the sweep failed
 EXIT_USAGE = 2  # bad input (a UserError, a Hydra / OmegaConf composition error): one line
 EXIT_DIVERGED = 3  # too many non-finite optimizer steps in a row
 EXIT_ENV = 4  # the user's env failed (raised, NaN / inf, off its space): an EnvError, one line
+EXIT_OS = 5  # the OS refused a write (disk full, quota, permission, read-only): an OSFault
 EXIT_SOFTWARE = 70  # an internal error: a bug in rltool (sysexits EX_SOFTWARE)
 EXIT_PREEMPTED = 75  # SIGTERM / SIGINT: checkpoint written, resume it (sysexits EX_TEMPFAIL)
 EXIT_PEER_LOST = 76  # a distributed run lost a rank (died, hung): resume it (EX_PROTOCOL)
@@ -44,6 +45,14 @@ class EnvError(Exception):
     exit_code = EXIT_ENV
 
 
+class OSFault(Exception):
+    """The OS refused to write the run folder (no space, over quota, no permission, a read-only
+    file system): not rltool's fault nor the config's. One line naming the path and the fix (made
+    by :func:`rltool.writes.os_fault`); the OSError is the ``__cause__``. Exit ``EXIT_OS``."""
+
+    exit_code = EXIT_OS
+
+
 _WARNED: set[str] = set()
 
 
@@ -58,7 +67,7 @@ def warn(message: str) -> None:
 
 def one_line(exc: BaseException) -> str:
     """A one-line message for any exception raised while composing or running a config."""
-    if isinstance(exc, UserError):
+    if isinstance(exc, UserError | OSFault):
         return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     text = str(exc)
     missing = re.search(r"Could not find '([^']+)/([^']+)'", text)

@@ -92,10 +92,13 @@ def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
 
 def restore(run_dir, checkpoint: str | None = None) -> Restored:
     """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
-    loaded with ``weights_only=True`` (:func:`rltool.checkpoint.load`)."""
+    loaded with ``weights_only=True`` (:func:`rltool.checkpoint.load`). The run's own
+    ``config.yaml`` is trusted, not the file: a checkpoint written with another env, policy or
+    algorithm (a file copied in from another run) is refused, as a resume refuses it."""
     path = checkpoint_path(run_dir, checkpoint)
     body = ckpt.load(path)
     config, state = memories.migrate(body["config"]), body["state"]  # older runs' layout too
+    _check_run(Path(run_dir), config, path)
     env_cfg, policy_cfg = _typed(EnvConfig, config["env"]), _typed(PolicyConfig, config["policy"])
     probe = make_env(env_cfg, num_envs=1, training=False, backend="sync")
     specs, obs_norm = probe.specs, probe.obs_norm  # a fresh normaliser of the run's layout
@@ -114,6 +117,22 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     policy.explore = False
     frames = int(body["counters"]["frames"])
     return Restored(env_cfg, policy_cfg, config, policy, obs_norm, frames, path.name)
+
+
+def _check_run(run_dir: Path, config: dict, path: Path) -> None:
+    """Refuses checkpoint ``path`` when its ``config`` differs from the run's ``config.yaml``
+    in a key a resume may not change (:func:`rltool.checkpoint.check_config`)."""
+    own = layout.RunFolder(run_dir).config
+    if not own.is_file():  # a folder of checkpoints only: nothing to check against
+        return
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(own))
+    except Exception as e:  # noqa: BLE001 - a broken file is one line
+        raise UserError(f"{own} is not readable YAML ({e}): restore it") from None
+    if not isinstance(saved, dict):
+        raise UserError(f"{own} does not hold a config: restore it")
+    fix = f"put back the checkpoint {run_dir} wrote, or evaluate the run that wrote this one"
+    ckpt.check_config(config, memories.migrate(saved), path, fix)
 
 
 class LoadedPolicy:

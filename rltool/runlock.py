@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rltool.errors import UserError
 from rltool.layout import RunFolder
+from rltool.writes import writing
 
 
 class RunLocked(UserError):
@@ -62,7 +63,8 @@ def acquire(run_dir: Path) -> bool:
             previous = path.read_bytes()
         except FileNotFoundError:
             previous = None
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        with writing(path):  # a read-only folder: one OSFault line, exit 5
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -81,8 +83,13 @@ def acquire(run_dir: Path) -> bool:
         previous = os.pread(fd, os.fstat(fd).st_size, 0)
     since = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     record = f"host {socket.gethostname()}, pid {os.getpid()}, since {since}\n".encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, record, 0)
+    try:
+        with writing(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
+    except BaseException:
+        os.close(fd)
+        raise
     _HELD[run_dir] = (fd, previous)
     return True
 

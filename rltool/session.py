@@ -19,6 +19,7 @@ import dataclasses
 import io
 import os
 import random
+import shlex
 import signal
 import sys
 import threading
@@ -31,8 +32,8 @@ from omegaconf import OmegaConf
 
 from rltool import checkpoint as ckpt
 from rltool import layout, memories
-from rltool.config_store import flatten, is_safe
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError, warn
+from rltool.writes import write_text
 
 
 @dataclasses.dataclass
@@ -174,17 +175,19 @@ class Session:
             if found is not None:
                 raise UserError(
                     f"{run_dir} already holds a checkpoint ({found.name}): continue it with "
-                    f"rltool train resume={run_dir}, or choose another hydra.run.dir"
+                    f"rltool train {shlex.quote(f'resume={run_dir}')}, or choose another "
+                    "hydra.run.dir"
                 )
             if run.comm.writer:
-                (Path(run_dir) / layout.CONFIG).write_text(OmegaConf.to_yaml(_plain(cfg)))
+                write_text(Path(run_dir) / layout.CONFIG, OmegaConf.to_yaml(_plain(cfg)))
             c = Counters(next_eval=cfg.eval.every_frames, total_frames=cfg.total_frames)
             return cls(run, run_dir, c)
         path = ckpt.latest(ckpt.checkpoint_dir(run_dir))
         if path is None:
             raise UserError(f"resume={cfg.resume}: no checkpoint in {run_dir}: start a new run")
         body = ckpt.load(path)
-        cls._check_config(memories.migrate(body["config"]), _plain(cfg), path)
+        fix = f"restore {Path(run_dir) / layout.CONFIG}, or start a new run"
+        ckpt.check_config(memories.migrate(body["config"]), _plain(cfg), path, fix)
         state, rng = unpack(body, run.comm, path)
         c = Counters(**body["counters"])
         if c.frames >= cfg.total_frames:  # nothing to do: nothing loaded, nothing written
@@ -209,23 +212,8 @@ class Session:
         _truncate_metrics(run_dir / cfg.logger.csv.filename, c.frames)
         record = _plain(dataclasses.replace(cfg, resume=None))
         if OmegaConf.to_container(OmegaConf.load(run_dir / layout.CONFIG)) != record:
-            ckpt.atomic_write(
-                run_dir / layout.CONFIG, lambda f: f.write(OmegaConf.to_yaml(record).encode())
-            )
+            write_text(run_dir / layout.CONFIG, OmegaConf.to_yaml(record))
         print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
-
-    @staticmethod
-    def _check_config(saved: dict, current: dict, path: Path) -> None:
-        old, new = flatten(saved), flatten(current)
-        diffs = [k for k in old if k in new and not is_safe(k) and old[k] != new[k]]
-        if diffs:
-            k = diffs[0]
-            more = f" (and {len(diffs) - 1} more)" if len(diffs) > 1 else ""
-            raise UserError(
-                f"checkpoint {path} was written with {k}={old[k]!r} but the run's config says "
-                f"{new[k]!r}{more}: restore {path.parent.parent / layout.CONFIG}, or start a "
-                "new run"
-            )
 
     # ---- the loop's side ----
     def progress(self) -> float:
@@ -254,7 +242,7 @@ class Session:
             name = signal.Signals(self.stop_signal).name
             raise RunStopped(
                 f"stopped by {name} at {c.frames:,} frames; checkpoint {path or 'by rank 0'} "
-                f"written; continue with: rltool train resume={self.run_dir}",
+                f"written; continue with: rltool train {shlex.quote(f'resume={self.run_dir}')}",
                 EXIT_PREEMPTED,
             )
 
@@ -376,4 +364,4 @@ def _truncate_metrics(path: Path, frames: int) -> None:
 
     text = io.StringIO()
     csv.writer(text).writerows([rows[0], *keep])
-    ckpt.atomic_write(path, lambda f: f.write(text.getvalue().encode()))
+    write_text(path, text.getvalue())

@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,10 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 from rltool import runlock
-from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError, one_line
+from rltool.errors import EXIT_PREEMPTED, OSFault, RunStopped, UserError, one_line
 from rltool.hooks import Hooks
 from rltool.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
+from rltool.writes import atomic_write, os_fault, write_text
 
 
 class JobPruned(Exception):
@@ -48,13 +49,41 @@ def read_status(run_dir: Path) -> dict | None:
 
 
 def write_status(run_dir: Path, **fields) -> dict:
-    """Atomically writes ``status.json``, updating what is there."""
+    """Atomically writes ``status.json``, updating what is there. When the OS refuses (a full
+    disk), how the run ended is written in place instead, if it fits the file's own blocks; else
+    the :class:`~rltool.errors.OSFault` is raised and the file stays the last complete one."""
     path = RunFolder(run_dir).status
     status = {**(read_status(run_dir) or {}), **fields}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(status, indent=2))
-    os.replace(tmp, path)
+    try:
+        write_text(path, json.dumps(status, indent=2))
+    except OSFault:
+        if status.get("status") == "running" or not _in_place(path, status):
+            raise
     return status
+
+
+def _in_place(path: Path, status: dict) -> bool:
+    """Writes ``status`` over ``path`` in place when it fits the blocks the file holds already
+    (a full disk then needs no new one); False when it does not fit or cannot be opened."""
+    data = json.dumps(status).encode()
+    try:
+        with open(path, "r+b") as f:
+            if len(data) > os.fstat(f.fileno()).st_blocks * 512:
+                return False
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        return False
+    return True
+
+
+def _record_end(run_dir: Path, **fields) -> None:
+    """How the run ended, written when the OS allows: the error being reported matters more
+    than a status file the disk has no room for."""
+    with suppress(OSFault):
+        write_status(run_dir, **fields)
 
 
 def set_aside_metrics(run_dir: Path) -> None:
@@ -174,12 +203,12 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
     try:
         result = fn(resume)
     except JobPruned as e:
-        write_status(job.run_dir, status="pruned", error=None, ended=_now())
+        _record_end(job.run_dir, status="pruned", error=None, ended=_now())
         print(f"rltool: job {job.num} ({' '.join(job.overrides)}): pruned ({e})")
         return None
     except RunStopped as e:
         preempted = e.exit_code == EXIT_PREEMPTED
-        write_status(
+        _record_end(
             job.run_dir,
             status="interrupted" if preempted else "failed",
             error=one_line(e),
@@ -195,29 +224,32 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
             if isinstance(e, UserError):  # bad input (e.g. a resume refused): no trace on disk
                 _put_back(status_path, before)
             else:
-                write_status(job.run_dir, status="failed", error=one_line(e), ended=_now())
+                _record_end(job.run_dir, status="failed", error=_why(e), ended=_now())
             raise
         return _fail(job, e, command.debug)
     except BaseException as e:  # Ctrl-C, SystemExit (a preempted job): resumable on a re-run
-        write_status(job.run_dir, status="interrupted", error=type(e).__name__, ended=_now())
+        _record_end(job.run_dir, status="interrupted", error=type(e).__name__, ended=_now())
         raise
     write_status(job.run_dir, status="done", ended=_now())
     return result
+
+
+def _why(e: BaseException) -> str:
+    """The one line recorded for a failed job (an OS refusal named as such)."""
+    return one_line(os_fault(e) or e)
 
 
 def _put_back(path: Path, content: bytes | None) -> None:
     if content is None:
         path.unlink(missing_ok=True)
     else:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(content)
-        os.replace(tmp, path)
+        atomic_write(path, lambda f: f.write(content))
 
 
 def _fail(job: Job, e: Exception, debug: bool, keep_status: bool = False) -> None:
-    msg = one_line(e)
+    msg = _why(e)
     if not keep_status:
-        write_status(job.run_dir, status="failed", error=msg, ended=_now())
+        _record_end(job.run_dir, status="failed", error=msg, ended=_now())
     print(f"rltool train: job {job.num} ({' '.join(job.overrides)}) failed: {msg}", file=sys.stderr)
     if debug:
         import traceback

@@ -34,6 +34,7 @@ from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
 from rltool.optim import FlatAdam
 from rltool.session import Session
+from rltool.writes import write_text
 
 
 def seed_everything(seed: int) -> None:
@@ -179,7 +180,7 @@ def train(
     loss_device = module_device(run.policy)  # each batch moves there from the storing device
     devices = run.collector.devices | {"loss": str(loss_device)}
     if comm.writer:
-        (run_dir / layout.DEVICES).write_text(json.dumps(devices, indent=2))
+        write_text(run_dir / layout.DEVICES, json.dumps(devices, indent=2))
         print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
     loggers = (
         make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
@@ -234,7 +235,7 @@ def train(
         "best_eval/frames": c.best_frames,
     }
     if comm.writer:
-        (run_dir / layout.SUMMARY).write_text(json.dumps(summary, indent=2))
+        write_text(run_dir / layout.SUMMARY, json.dumps(summary, indent=2))
     return summary
 
 

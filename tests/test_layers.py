@@ -25,6 +25,7 @@ LAYERS = {
     "rltool/scan.py": BASE,
     "rltool/runlock.py": BASE,  # the run folder's writer lock
     "rltool/_faults.py": BASE,  # fault injection for tests (kill, hang, slow at named points)
+    "rltool/writes.py": BASE,  # run-folder writes: atomic, OS refusals named (OSFault)
     "rltool/config.py": CONFIG,
     "rltool/config_store.py": CONFIG,  # the ConfigStore, conf/, to_config, resume-safe keys
     "rltool/algos/__init__.py": CONFIG,  # the registry

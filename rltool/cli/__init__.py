@@ -9,7 +9,9 @@ parser (:mod:`rltool.cli.args`), ``tune`` running each trial through ``train``'s
 The dispatcher owns error printing and the exit status (:mod:`rltool.errors`): bad input (a
 :class:`~rltool.errors.UserError`, or Hydra / OmegaConf refusing to compose the config) prints
 one line and exits with 2; any other exception is a bug in rltool: one line that says so, exit
-70. The user's env failing (an :class:`~rltool.errors.EnvError`) is one line and exit 4. A run
+70. The user's env failing (an :class:`~rltool.errors.EnvError`) is one line and exit 4; the OS
+refusing a write (disk full, no permission: an :class:`~rltool.errors.OSFault`, or such an
+``OSError`` from anywhere) is one line with the path and the fix, exit 5. A run
 stopped on purpose exits with its own code (3, 75), Ctrl-C with 130, a sweep with a failed job
 with 1. ``--debug`` (or ``HYDRA_FULL_ERROR=1``) lets the exception through, with its
 full traceback. The dispatcher leaves ``os.environ`` and ``sys.argv`` as they are: ``train`` runs
@@ -23,9 +25,11 @@ import sys
 
 from rltool.errors import (
     EXIT_INTERRUPTED,
+    EXIT_OS,
     EXIT_SOFTWARE,
     EXIT_USAGE,
     EnvError,
+    OSFault,
     RunStopped,
     UserError,
     one_line,
@@ -140,7 +144,7 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
-    except EnvError as e:  # the user's env failed, not rltool: its own status; folder kept
+    except (EnvError, OSFault) as e:  # the user's env or the OS, not rltool: their own status
         if debug:
             raise
         print(f"rltool {name}: error: {e}", file=stderr)
@@ -151,6 +155,12 @@ def _main(argv: list[str] | None) -> int:
         if _bad_input(e):
             print(f"rltool {name}: error: {one_line(e)}", file=stderr)
             return EXIT_USAGE
+        from rltool.writes import os_fault
+
+        fault = os_fault(e)  # an OS refusal raised outside rltool's writers
+        if fault is not None:
+            print(f"rltool {name}: error: {fault}", file=stderr)
+            return EXIT_OS
         print(f"rltool {name}: {_internal_error(e)}", file=stderr)
         return EXIT_SOFTWARE
     finally:

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rltool.cli.args import help_text, parse, wants_help
-from rltool.errors import UserError
+from rltool.errors import OSFault, UserError
 from rltool.layout import RunFolder
+from rltool.writes import check_writable, write_text
 
 
 def _opt(default, help_: str, **more):
@@ -94,6 +95,17 @@ def evaluate_run(args: EvalArgs) -> dict:
     )
 
 
+def _writes(out: Path, write) -> None:
+    """``write()``; the OS refusing it is an OSFault (exit 5), any other failure to write
+    ``out`` (a missing folder, a folder named so) a UserError."""
+    try:
+        write()
+    except OSFault:
+        raise
+    except OSError as e:
+        raise UserError(f"out={out}: cannot write it ({e}): give a writable file") from None
+
+
 USAGE = "rltool eval run=<run folder> [key=value ...]"
 ABOUT = (
     "Plays greedy episodes of a trained run (the evaluation protocol of training), prints the "
@@ -106,12 +118,11 @@ def main(argv: list[str]) -> int:
         print(help_text(EvalArgs, USAGE, ABOUT))
         return 0
     a = parse_args(argv)
-    result = evaluate_run(a)
     out = Path(a.out) if a.out else RunFolder(a.run).eval
-    try:
-        out.write_text(json.dumps(result, indent=2))
-    except OSError as e:
-        raise UserError(f"out={out}: cannot write it ({e}): give a writable file") from None
+    if a.out or Path(a.run).is_dir():  # a missing run folder: evaluate_run names it
+        _writes(out, lambda: check_writable(out))  # before any episode is played
+    result = evaluate_run(a)
+    _writes(out, lambda: write_text(out, json.dumps(result, indent=2)))
     if result["episodes"] < a.episodes:
         print(
             f"rltool eval: warning: only {result['episodes']} of {a.episodes} episodes ended "

@@ -12,6 +12,7 @@ user's overrides, which may only touch :data:`rltool.config_store.SAFE_KEYS`. Hy
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
 import tempfile
 from pathlib import Path
@@ -25,10 +26,48 @@ from rltool.errors import UserError
 from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
 _REFUSED_FLAGS = ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-path")
+# the keys whose value is a folder: taken as the shell passed it, quoted for Hydra
+PATH_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "resume")
 
 
 def _key(arg: str) -> str:
     return arg.split("=", 1)[0].lstrip("+~")
+
+
+def path_value(text: str) -> str:
+    """The folder a user typed: Hydra's reading of a quoted value (``'runs/a b'``), else the text
+    as the shell passed it (``runs/ä b``: spaces, non-ASCII letters, commas)."""
+    from rltool.cli.args import convert
+
+    return convert("path", text, str)
+
+
+def hydra_arg(key: str, path: str | Path) -> str:
+    """``key=<path>`` as Hydra's override grammar reads back ``path`` exactly: as it is when it
+    can (an interpolation such as ``${now:...}`` stays one), else single-quoted."""
+    from rltool.cli.args import _grammar
+
+    path = str(path)
+    try:
+        if _grammar(path) == path:
+            return f"{key}={path}"
+    except ValueError:
+        pass
+    # in a quoted value a backslash escapes only the quote or backslashes before one
+    quoted = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", path)
+    quoted = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, quoted)
+    return f"{key}='{quoted}'"
+
+
+def quote_paths(args: list[str]) -> list[str]:
+    """``args`` with every folder value (:data:`PATH_KEYS`) quoted for Hydra when it must be."""
+    out = []
+    for a in args:
+        key, eq, value = a.partition("=")
+        if eq and key.lstrip("+~") in PATH_KEYS and value not in ("", "null"):
+            a = hydra_arg(key, path_value(value))
+        out.append(a)
+    return out
 
 
 def check_no_schema(args: list[str]) -> None:
@@ -56,16 +95,17 @@ def resume_args(args: list[str]) -> tuple[list[str], str | None]:
     resume = [a for a in args if _key(a) == "resume" and a.split("=", 1)[1] not in ("", "null")]
     if not resume:
         for a in args:
-            if _key(a) == "hydra.run.dir" and has_checkpoint(Path(a.split("=", 1)[1])):
-                run_dir = a.split("=", 1)[1]
+            if _key(a) == "hydra.run.dir" and has_checkpoint(path_value(a.split("=", 1)[1])):
+                run_dir = path_value(a.split("=", 1)[1])
                 raise UserError(
                     f"{run_dir} already holds a checkpoint: continue that run with "
-                    f"rltool train resume={run_dir}, or choose another hydra.run.dir"
+                    f"rltool train {shlex.quote(f'resume={run_dir}')}, or choose another "
+                    "hydra.run.dir"
                 )
-        return args, None
+        return quote_paths(args), None
     if len(resume) > 1:
         raise UserError("resume= is given more than once: give one run folder")
-    run_dir = _check_run_dir(resume[0].split("=", 1)[1])
+    run_dir = _check_run_dir(path_value(resume[0].split("=", 1)[1]))
     rest = [a for a in args if a not in resume]
     for a in rest:
         if a.split("=", 1)[0] in _REFUSED_FLAGS:
@@ -88,12 +128,12 @@ def resume_args(args: list[str]) -> tuple[list[str], str | None]:
     bases = [f"{g}={b}" for g, b in _bases(saved).items() if g not in user_keys]
     return [  # flags (--cfg job, ...) come last for Hydra's parser
         *bases,
-        f"hydra.searchpath=[file://{tmp}]",
+        f"hydra.searchpath=['file://{tmp}']",
         "+rltool_resume=run",
-        f"hydra.run.dir={run_dir}",
+        hydra_arg("hydra.run.dir", run_dir),
         "hydra.output_subdir=null",
-        f"resume={run_dir}",
-        *rest,
+        hydra_arg("resume", run_dir),
+        *quote_paths(rest),
     ], str(tmp)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ from omegaconf import DictConfig
 
 from rltool import runlock, sweep
 from rltool.cli import hydra_app, launch, sweep_plan
-from rltool.cli.resume_argv import check_no_schema, cleanup, resume_args
+from rltool.cli.resume_argv import check_no_schema, cleanup, path_value, resume_args
 from rltool.config_store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.hooks import Hooks
@@ -156,14 +157,16 @@ def _duration(s: float) -> str:
 
 
 def end_line(run_dir: Path, summary: dict) -> str:
-    """The run's last line: where it went, how it ended, what to run next."""
+    """The run's last line: where it went, how it ended, what to run next (commands that work
+    pasted into a shell: the folder quoted when it must be)."""
     d = _shown(Path(run_dir))
     ret = summary.get("eval/return_mean")
     ev = "-" if ret is None else f"{ret:.1f}"
     return (
         f"rltool train: {d}: final eval {ev} (eval/return_mean), {summary.get('frames', 0):,} "
-        f"frames, {_duration(summary.get('wall_time_s', 0.0))}; next: rltool eval run={d} | "
-        f"rltool train resume={d} total_frames=<more>"
+        f"frames, {_duration(summary.get('wall_time_s', 0.0))}; next: rltool eval "
+        f"{shlex.quote(f'run={d}')} | rltool train {shlex.quote(f'resume={d}')} "
+        "total_frames=<more>"
     )
 
 
@@ -195,7 +198,7 @@ def _target(args: list[str]) -> Path | None:
     hydra.run.dir): locked before Hydra writes anything there."""
     if any(a.split("=", 1)[0] in _NO_RUN + _MULTI for a in args):
         return None
-    dirs = [a.split("=", 1)[1] for a in args if a.startswith("hydra.run.dir=")]
+    dirs = [path_value(a.split("=", 1)[1]) for a in args if a.startswith("hydra.run.dir=")]
     if not dirs or not Path(dirs[-1]).is_dir():
         return None
     return Path(dirs[-1]).resolve()
