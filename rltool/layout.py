@@ -5,6 +5,7 @@ spelled once. Light on purpose (no torch, no Hydra)::
       config.yaml                    the run's resolved config (a resume composes from it)
       metrics.csv                    one row per iteration (the name: the run's logger.csv.filename)
       metrics.csv.interrupted-<n>    a sweep job's old rows, set aside when it started again
+      episodes.csv                   frames and return of each finished training episode (MMER)
       summary.json                   the final eval and the wall time
       status.json                    the job's status (rltool.sweep)
       .lock                          held (flock) by the process writing the folder: host, pid
@@ -32,6 +33,7 @@ from omegaconf import OmegaConf
 CONFIG = "config.yaml"
 METRICS = "metrics.csv"  # the default of logger.csv.filename; a run's own: metrics_name(run_dir)
 SUMMARY = "summary.json"
+EPISODES = "episodes.csv"  # one row per finished training episode: frames, return (for MMER)
 STATUS = "status.json"
 LOCK = ".lock"  # the run folder's writer lock (rltool.runlock): host and pid of the holder
 LOG = "train.log"  # Hydra's job log (hydra.job.name=train); the run's end line goes there too
@@ -110,6 +112,10 @@ class RunFolder:
     @property
     def metrics(self) -> Path:
         return self.path / metrics_name(self.path)
+
+    @property
+    def episodes(self) -> Path:
+        return self.path / EPISODES
 
     @property
     def summary(self) -> Path:

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from rltool.results import RunInfo, Setting, finite
+from rltool.stats import run_mmer
 
 
 def population(xs: list[float], goal: float | None = None) -> dict[str, float]:
@@ -89,6 +90,7 @@ def rows(settings: list[Setting], goal: float | None = None) -> list[dict]:
                 "goal": goal,
                 "success": _mean(success) if suite == MINIGRID else math.nan,
                 "best_mean": _mean(r.best_eval for r in s.runs),
+                "mmer": _mean(run_mmer(r) for r in s.runs),  # over seeds, as POPGym's tables
                 "wall_time_s": _mean(r.summary.get("wall_time_s") for r in s.runs),
                 "status": ", ".join(f"{n} {k}" for k, n in sorted(counts.items())),
                 "error": "; ".join(errors),
@@ -104,7 +106,8 @@ def _is_task_key(key: str) -> bool:
 def popgym_means(settings: list[Setting], table: list[dict]) -> list[dict]:
     """One row per group of two or more POPGym settings that differ only in their task (the
     ``env`` / ``task`` keys and ``env.*``; e.g. one per policy): the mean over tasks of their
-    final means and of their best evaluations. MiniGrid and other suites never enter."""
+    final means, of their best evaluations and of their MMER. MiniGrid and other suites never
+    enter."""
     groups: dict[tuple, list[dict]] = {}
     for s, r in zip(settings, table, strict=False):
         if r["suite"] == POPGYM:
@@ -128,6 +131,7 @@ def popgym_means(settings: list[Setting], table: list[dict]) -> list[dict]:
                 "goal": rs[0]["goal"],
                 "success": math.nan,
                 "best_mean": _mean(r["best_mean"] for r in rs),
+                "mmer": _mean(r["mmer"] for r in rs),
                 "wall_time_s": math.nan,
                 "status": "aggregate",
                 "error": "",
@@ -140,16 +144,63 @@ def _fmt(x, spec: str) -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, spec)
 
 
-def _cells(r: dict, success: bool) -> list[str]:
+def short_frames(x: float) -> str:
+    """120k, 1.5M: a frame budget in a label."""
+    if not math.isfinite(x):
+        return "?"
+    for div, unit in ((1e6, "M"), (1e3, "k")):
+        if x >= div:
+            return f"{x / div:.3g}{unit}"
+    return f"{x:.0f}"
+
+
+def _ci(r: dict, key: str, spec: str) -> str:
+    """``point [low, high]``; the point alone when there is no interval."""
+    point, lo, hi = r.get(key), r.get(f"{key}_lo"), r.get(f"{key}_hi")
+    if point is None or not math.isfinite(point):
+        return "-"
+    if lo is None or not math.isfinite(lo):
+        return _fmt(point, spec)
+    return f"{_fmt(point, spec)} [{_fmt(lo, spec)}, {_fmt(hi, spec)}]"
+
+
+def _mmer_cell(r: dict, ret: str) -> str:
+    """MMER at the budget it was reached within (POPGym's tables: 15M frames)."""
+    if not math.isfinite(r.get("mmer", math.nan)):
+        return "-"
+    at = f" @{short_frames(r['frames'])}" if math.isfinite(r["frames"]) else ""
+    return _fmt(r["mmer"], ret) + at
+
+
+def _cells(r: dict, cols: dict) -> list[str]:
     ret = ".1f" if r["suite"] not in (POPGYM, MINIGRID) else ".2f"  # [-1, 1], [0, 1]
+    if r["suite"] == NORMALISED:
+        ret = ".2f"
     cells = [r["setting"], str(r["seeds"]), _fmt(r["frames"], ",.0f")]
     cells += [_fmt(r[f"final_{k}"], ret) for k in ("mean", "min", "p10", "median", "max")]
     if r["goal"] is not None:
         cells.append("-" if r["at_goal"] is None else f"{r['at_goal']}/{r['seeds']}")
-    if success:
+    if cols["stats"]:
+        cells += [_ci(r, "iqm", ret), _ci(r, "mean", ret)]
+    if cols["to_goal"]:
+        cells.append(_ci(r, "to_goal", ",.0f"))
+    if cols["success"]:
         cells.append(_fmt(r["success"], ".2f"))
+    if cols["mmer"]:
+        cells.append(_mmer_cell(r, ret))
     cells += [_fmt(r["best_mean"], ret), _fmt(r["wall_time_s"], ".0f")]
     return [*cells, r["status"] + (f" ({r['error']})" if r["error"] else "")]
+
+
+NORMALISED = "normalised"  # the suite of an aggregate row over normalised scores
+MMER_NOTE = (
+    " MMER: POPGym's max-mean episodic return (the best mean of the last 100 sampled training "
+    "episodes), averaged over seeds, at the row's frame budget (POPGym's tables: 15M frames)."
+)
+STATS_NOTE = (
+    " IQM, mean: over seeds, [95% stratified bootstrap interval] (rliable); normalised: POPGym "
+    "0.5 x + 0.5, MiniGrid's success rate."
+)
 
 
 def format_table(table: list[dict], fmt: str = "table") -> str:
@@ -161,14 +212,25 @@ def format_table(table: list[dict], fmt: str = "table") -> str:
         w.writeheader()
         w.writerows(table)
         return buf.getvalue().rstrip("\n")
-    success = any(r["suite"] == MINIGRID for r in table)
+    suites = (POPGYM, MINIGRID)
+    cols = {
+        "success": any(r["suite"] == MINIGRID for r in table),
+        "stats": "iqm" in table[0],
+        "to_goal": "to_goal" in table[0],
+        "mmer": any(r["suite"] in suites and math.isfinite(r.get("mmer", math.nan)) for r in table),
+    }
     head = ["setting", "seeds", "frames", "final mean", "min", "p10", "median", "max"]
     if table[0]["goal"] is not None:
         head.append(f">= {table[0]['goal']:g}")
-    head += ["success"] * success + ["best greedy eval", "wall s", "status"]
-    body = [_cells(r, success) for r in table]
+    head += ["IQM [95% CI]", "mean [95% CI]"] * cols["stats"]
+    if cols["to_goal"]:
+        head.append(f"frames to {table[0]['goal']:g} IQM [95% CI]")
+    head += ["success"] * cols["success"] + ["MMER"] * cols["mmer"]
+    head += ["best greedy eval", "wall s", "status"]
+    body = [_cells(r, cols) for r in table]
     text = grid(head, body, fmt)
-    return f"{text}\n\n{BEST_NOTE}" if fmt == "markdown" else text
+    note = BEST_NOTE + MMER_NOTE * cols["mmer"] + STATS_NOTE * cols["stats"]
+    return f"{text}\n\n{note}" if fmt == "markdown" else text
 
 
 def grid(head: list[str], body: list[list[str]], fmt: str = "table") -> str:

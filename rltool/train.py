@@ -223,6 +223,7 @@ def train(
                 "fps": c.frames / session.elapsed(),
             }
             loggers.log(row)
+            loggers.log_episodes(c.frames, batch)  # each finished episode's return: MMER
             session.end_iteration(row)  # checkpoint when due, at the end, or on a signal
     finally:
         loggers.close()

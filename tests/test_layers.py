@@ -55,6 +55,8 @@ LAYERS = {
     "rltool/sweep.py": RUN,
     "rltool/results.py": RUN,
     "rltool/tables.py": RUN,
+    "rltool/stats.py": RUN,  # interval estimates (rliable), MMER, frames to a goal
+    "rltool/stats_report.py": RUN,  # report's stats=true and compare= rows
     "rltool/tune/": RUN,  # rltool tune's library: search spaces, objective, study, pruning
     "rltool/cli/": COMMANDS,
     "rltool/__main__.py": COMMANDS,  # python -m rltool

@@ -40,6 +40,14 @@ class PlotArgs:
         default_factory=lambda: ["policy"],
         metadata={"help": "with by=: one curve per value of these keys in each panel"},
     )
+    profile: bool = _opt(
+        False,
+        "performance profiles (the share of runs above each score, rliable) and IQM / mean "
+        "bars with 95% intervals of the final evals, instead of curves; with by=task one "
+        "profile per curves= value over the tasks' normalised scores (needs rltool[stats]; "
+        "null out=: <first folder>/profile.png)",
+    )
+    reps: int = _opt(2000, "with profile=true: bootstrap resamples (seeded)")
 
     def __post_init__(self):
         if not self.folders:
@@ -69,10 +77,18 @@ def plot_main(argv: list[str]) -> int:
         runs = find_runs(a.folders, unreadable)
     finally:
         warn_unreadable("plot", unreadable)
-    out = Path(a.out) if a.out else Path(a.folders[0]) / "learning_curves.png"
+    name = "profile.png" if a.profile else "learning_curves.png"
+    out = Path(a.out) if a.out else Path(a.folders[0]) / name
     warnings: list[str] = []
     title = a.title or " ".join(a.folders)
-    if a.by:
+    if a.profile:
+        from rltool.cli.profile import plot_profile
+
+        plt = _pyplot()
+        fig, what = plot_profile(plt, runs, a.by, a.curves, out, title, a.reps)
+        _check_out(plt, fig, out)
+        _save(plt, fig, out)
+    elif a.by:
         by_panel = group_runs(runs, a.by)
         warn_mixed("plot", by_panel)
         panels = [(s.name, group_runs(s.runs, a.curves or None)) for s in by_panel]

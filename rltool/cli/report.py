@@ -8,13 +8,16 @@ POPGym settings get an aggregate row per policy, MiniGrid's a success column
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 
+from rltool import stats
 from rltool.cli.args import help_text, parse, wants_help
 from rltool.errors import UserError
 from rltool.results import find_runs, group_runs, mixed
-from rltool.tables import format_table, rows
+from rltool.stats_report import add_intervals, compare, normalised_rows
+from rltool.tables import _fmt, format_table, grid, rows
 from rltool.tune.study import is_study
 
 
@@ -48,10 +51,43 @@ class ReportArgs:
         default="table",
         metadata={"help": "the table's format", "choices": ("table", "markdown", "csv")},
     )
+    stats: bool = field(
+        default=False,
+        metadata={
+            "help": "add the IQM and the mean of the final evals over seeds with 95% stratified "
+            "bootstrap intervals (>= 3 seeds), frames to goal= (a seed that never reaches it "
+            "counts as the budget), and rows over the tasks' normalised scores (POPGym 0.5 x + "
+            "0.5, MiniGrid's success rate); off by default: it needs rltool[stats] and takes a "
+            "few seconds"
+        },
+    )
+    compare: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "compare=[A,B]: the probability that setting A improves on B, per task and "
+            "over the tasks; A and B are values of the by= keys other than the task (env, task, "
+            "env.*): compare=[gru,mlp], or key:value parts joined by '/', compare=[policy:gru,"
+            "policy:mlp] (quoted, also key=value: compare=['policy=gru','policy=mlp'])"
+        },
+    )
+    reps: int = field(
+        default=2000,
+        metadata={
+            "help": "bootstrap resamples of each interval (seeded: the same "
+            "folders print the same numbers)"
+        },
+    )
 
     def __post_init__(self):
         if not self.folders:
             raise UserError("rltool report needs a folder: rltool report <folder> ... [key=value]")
+        if self.compare is not None and len(self.compare) != 2:
+            raise UserError(
+                f"compare={self.compare} names {len(self.compare)} setting(s): give two, "
+                "compare=[A,B] (e.g. compare=[gru,mlp])"
+            )
+        if self.reps < 100:
+            raise UserError(f"reps={self.reps} is too few for a 95% interval: give >= 100")
 
 
 USAGE = "rltool report <folder> [<folder> ...] [key=value ...]"
@@ -76,9 +112,40 @@ def report_main(argv: list[str]) -> int:
     finally:
         warn_unreadable("report", unreadable)
     settings = group_runs(runs, a.by or None)
-    print(format_table(rows(settings, a.goal), a.format))
+    table, notes = rows(settings, a.goal), []
+    if a.stats:
+        notes += add_intervals(settings, table, a.goal, a.reps, stats.SEED)
+        extra, more = normalised_rows(settings, a.goal, a.reps, stats.SEED)
+        table += extra
+        notes += more
+    versus = compare(settings, *a.compare, a.reps, stats.SEED) if a.compare else None
+    print(format_table(table, a.format))
+    if versus:
+        print("\n" + format_compare(*a.compare, versus[0], a.format))
+        notes += versus[1]
+    for note in notes:
+        print(f"rltool report: {note}", file=sys.stderr)
     warn_mixed("report", settings)
     return 0
+
+
+def format_compare(a: str, b: str, table: list[dict], fmt: str) -> str:
+    """P(A > B) per task, then over the tasks."""
+    if fmt == "csv":
+        head = ",".join(table[0])
+        return "\n".join([head] + [",".join(str(v) for v in r.values()) for r in table])
+    head = ["task", f"P({a} > {b})", "95% CI", "seeds A/B", "frames"]
+    body = [
+        [
+            r["task"],
+            _fmt(r["p"], ".2f"),
+            "-" if math.isnan(r["p_lo"]) else f"[{r['p_lo']:.2f}, {r['p_hi']:.2f}]",
+            f"{r['seeds_a']}/{r['seeds_b']}",
+            _fmt(r["frames"], ",.0f"),
+        ]
+        for r in table
+    ]
+    return grid(head, body, fmt)
 
 
 def warn_mixed(cmd: str, settings) -> None:

@@ -8,21 +8,30 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from rltool import layout
 from rltool.config import LoggerConfig
 from rltool.errors import ConfigError
 from rltool.logging.csv import CSVLogger
+from rltool.logging.episodes import EpisodesLog
 from rltool.logging.progress import ProgressLogger
 
 
 class Loggers:
-    """Fans each row (a flat dict with ``frames``) out to every logger."""
+    """Fans each row (a flat dict with ``frames``) out to every logger; the finished episodes'
+    returns go to the episodes file (``episodes``, None on a rank that writes nothing)."""
 
-    def __init__(self, loggers: list):
+    def __init__(self, loggers: list, episodes: EpisodesLog | None = None):
         self.loggers = loggers
+        self.episodes = episodes
 
     def log(self, row: dict) -> None:
         for lg in self.loggers:
             lg.log(row)
+
+    def log_episodes(self, frames: int, batch) -> None:
+        """Each episode that ended in ``batch``: its return, at ``frames`` (for MMER)."""
+        if self.episodes is not None:
+            self.episodes.log(frames, batch)
 
     def close(self) -> None:
         for lg in self.loggers:
@@ -70,7 +79,14 @@ def make_loggers(cfg: LoggerConfig, run_dir: Path, total_frames: int, config=Non
     except BaseException:
         Loggers(loggers).close()
         raise
-    return Loggers(loggers)
+    return Loggers(loggers, EpisodesLog(Path(run_dir) / layout.EPISODES))
 
 
-__all__ = ["CSVLogger", "Loggers", "ProgressLogger", "check_packages", "make_loggers"]
+__all__ = [
+    "CSVLogger",
+    "EpisodesLog",
+    "Loggers",
+    "ProgressLogger",
+    "check_packages",
+    "make_loggers",
+]
