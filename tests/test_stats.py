@@ -13,15 +13,12 @@ import pytest
 
 from rltool import stats
 from rltool.cli import main
-from rltool.errors import EXIT_USAGE, UserError
+from rltool.errors import EXIT_USAGE
 from rltool.results import find_runs, group_runs
 
-try:  # rliable 1.2 needs arch < 8, and arch 7 does not import under pandas 3 (rltool[stats])
-    stats._rliable()  # through rltool: it keeps absl's log handler off pytest's capture
-    NO_RLIABLE = None
-except UserError as e:
-    NO_RLIABLE = str(e)
-needs_rliable = pytest.mark.skipif(NO_RLIABLE is not None, reason=str(NO_RLIABLE))
+# rltool[stats] (in the test extra): a missing rliable fails these tests, it never skips them;
+# imported through rltool, which keeps absl's log handler off pytest's capture
+stats._rliable()
 REPS = "reps=300"
 
 
@@ -70,7 +67,6 @@ def test_iqm_is_the_mean_of_the_middle_half():
     assert stats.iqm([0.5]) == 0.5 and math.isnan(stats.iqm([]))
 
 
-@needs_rliable
 def test_rliable_estimates_match_hand_computed_iqm_and_mean():
     scores = np.array([[0.1, 0.9], [0.2, 0.8], [0.3, 0.7], [0.4, 0.2]])  # 4 runs x 2 tasks
     est = stats.intervals(scores, reps=300)
@@ -86,7 +82,6 @@ def test_rliable_estimates_match_hand_computed_iqm_and_mean():
     assert (np.random.get_state()[1] == state).all()  # the global RNG is left as it was
 
 
-@needs_rliable
 def test_probability_of_improvement_half_for_equals_one_for_a_dominating_set():
     x = np.array([[0.1], [0.5], [0.9]])
     p, lo, hi = stats.improvement(x, x, reps=300)
@@ -143,7 +138,6 @@ FINALS = {
 }
 
 
-@needs_rliable
 def test_report_stats_prints_intervals_and_a_normalised_aggregate(tmp_path, capsys):
     root = sweep(tmp_path, FINALS)
     args = ["report", str(root), "by=task,policy", "stats=true", REPS]
@@ -162,7 +156,6 @@ def test_report_stats_prints_intervals_and_a_normalised_aggregate(tmp_path, caps
     assert f"{np.mean(norm + 0.5):.2f} [" in agg
 
 
-@needs_rliable
 def test_report_frames_to_goal_column(tmp_path, capsys):
     root = sweep(tmp_path, {"RepeatPreviousEasy": FINALS["RepeatPreviousEasy"]})
     assert main(["report", str(root), "by=policy", "stats=true", "goal=0.45", REPS]) == 0
@@ -186,7 +179,6 @@ def test_report_stats_over_one_seed_says_the_interval_needs_more(tmp_path, capsy
     assert len(notes) == 1
 
 
-@needs_rliable
 def test_compare_per_task_and_over_tasks(tmp_path, capsys):
     root = sweep(tmp_path, FINALS)
     assert main(["report", str(root), "by=task,policy", "compare=[gru,mlp]", REPS]) == 0
@@ -247,9 +239,7 @@ def test_bad_compare_and_reps_values(capsys, tmp_path):
 # ---- rltool plot profile=true -----------------------------------------------------------------
 
 
-@needs_rliable
 def test_plot_profile_writes_a_png(tmp_path, capsys):
-    pytest.importorskip("matplotlib")
     root = sweep(tmp_path / "runs", FINALS)
     out = tmp_path / "profile.png"
     args = ["plot", str(root), "by=task", "profile=true", f"out={out}", REPS]
