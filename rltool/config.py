@@ -80,10 +80,21 @@ class EnvConfig:
     # auto = the first reset and 100 vector steps, always = every step, never; NaN / inf in an
     # observation or a reward is always caught (rltool/envs/faults.py)
     check: str = "auto"
+    # valid actions each step: auto (an action_mask Dict entry, an action_masks() method or
+    # info["action_mask"]; none found: every action valid) | obs:<entry> | info:<key> |
+    # method:<name> | none (ignored)
+    action_mask: str = "auto"
 
     def __post_init__(self):
         check(bool(self.id), "env.id", self.id, "give a gymnasium id, e.g. env.id=CartPole-v1")
         check_choice("env.check", self.check, ("auto", "always", "never"))
+        kind, _, name = self.action_mask.partition(":")
+        check(
+            self.action_mask in ("auto", "none") or (kind in ("obs", "info", "method") and name),
+            "env.action_mask",
+            self.action_mask,
+            "choose auto, none, obs:<entry>, info:<key> or method:<name>",
+        )
         check(self.num_envs >= 1, "env.num_envs", self.num_envs, "needs at least 1 env")
         check_choice("env.backend", self.backend, ("sync", "async", "envpool"))
         check(self.clip_obs > 0, "env.clip_obs", self.clip_obs, "must be > 0")

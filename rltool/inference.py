@@ -10,6 +10,11 @@ takes raw env observations and returns env-ready actions, carrying its recurrent
         obs, reward, terminated, truncated, _ = env.step(action)
         if terminated or truncated:
             break   # a new episode starts from policy.initial_state()
+
+A policy trained with action masks (``env.action_mask``) acts on valid actions only: it reads the
+mask as training did, from the raw observation's entry (``obs:<entry>``); from ``info=`` (the info
+of the reset / step, ``info:<key>``); or from ``env=`` (``method:<name>``, called on it); or
+takes ``action_mask=`` ([n] or [B, n], bool or 0 / 1) whatever the source.
 """
 
 from __future__ import annotations
@@ -140,7 +145,8 @@ class LoadedPolicy:
 
     ``observation``: one observation, or a batch [B, ...]. ``reward``: the reward that came with
     this observation (only read by policies with ``prev_reward`` inputs; None at an episode's
-    start). ``module`` is the torch policy (eval, exploit)."""
+    start). ``action_mask`` / ``info`` / ``env``: where a masked policy's mask comes from (see the
+    module docstring). ``module`` is the torch policy (eval, exploit)."""
 
     def __init__(self, restored: Restored):
         self.restored, self.module = restored, restored.policy
@@ -156,7 +162,9 @@ class LoadedPolicy:
         }
 
     @torch.no_grad()
-    def __call__(self, observation, state: dict, reward=None):
+    def __call__(
+        self, observation, state: dict, reward=None, *, action_mask=None, info=None, env=None
+    ):
         one = self._env._convert.batch_one(observation)  # None when already a batch
         single = one is not None
         raw = one if single else observation
@@ -173,6 +181,8 @@ class LoadedPolicy:
             inputs[k] = state[k]
         if reward is not None and K.PREV_REWARD in inputs:
             inputs[K.PREV_REWARD] = torch.as_tensor(reward, dtype=torch.float32).reshape(-1, 1)
+        if self.module.mask_key is not None:
+            inputs[K.ACTION_MASK] = self._mask(observation, action_mask, info, env, obs.shape[0])
         rnn_state = {k: state[k] for k in self.module.state_specs}
         is_init = torch.zeros(obs.shape[0], 1, dtype=torch.bool)
         out, nxt = self.module.act(inputs, rnn_state, is_init)
@@ -183,6 +193,18 @@ class LoadedPolicy:
         if K.PREV_REWARD in self.module.input_specs:
             new_state[K.PREV_REWARD] = inputs[K.PREV_REWARD]
         return self._to_env(action, single), new_state
+
+    def _mask(self, observation, action_mask, info, env, batch: int) -> torch.Tensor:
+        """The mask [B, n] bool, given or read from the source training used."""
+        source, n = self._env._masks, self.specs.action_mask.shape[0]
+        m = action_mask if action_mask is not None else source.read_one(observation, info, env)
+        m = np.asarray(m)
+        if m.size != batch * n or m.dtype.kind not in "biu":
+            raise UserError(
+                f"action mask of shape {list(m.shape)} and dtype {m.dtype} does not fit this "
+                f"policy: give [{n}] (or [B, {n}]) bools, one per action"
+            )
+        return torch.from_numpy(m.reshape(batch, n).astype(bool))
 
     def _to_env(self, action: torch.Tensor, single: bool):
         a = action.cpu().numpy()

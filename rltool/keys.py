@@ -26,6 +26,9 @@ RECURRENT_STATE_H = "recurrent_state_h"
 RECURRENT_STATE_C = "recurrent_state_c"
 PREV_ACTION = "prev_action"
 PREV_REWARD = "prev_reward"
+# [n] bool (Discrete) / [sum(nvec)] bool (MultiDiscrete, per factor): True where the action is
+# allowed; written by the env layer at the root and under "next" (env.action_mask)
+ACTION_MASK = "action_mask"
 
 # written by the returns / losses
 ADVANTAGE = "advantage"

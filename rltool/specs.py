@@ -63,8 +63,10 @@ class CompositeSpec:
 
 @dataclass(frozen=True)
 class EnvSpecs:
-    """What an env produces and accepts, per env."""
+    """What an env produces and accepts, per env; ``action_mask``: [n] bool where the env gives
+    action masks (``env.action_mask``), else None."""
 
     observation: Spec | CompositeSpec
     action: Spec
     reward: Spec = Spec((1,), torch.float32)
+    action_mask: Spec | None = None

@@ -192,6 +192,90 @@ class FaultyEnv(gym.Env):
         return self._obs(pos), reward, False, False, {}
 
 
+class MaskedEnv(gym.Env):
+    """Discrete(4) actions (MultiDiscrete([3, 2]) when ``multi``) of which a new random non-empty
+    set is valid at each step (per factor), so the mask must be read every step. The mask is given
+    by ``source``: ``obs`` (Dict observation {"pos": [t, 0], "action_mask": MultiBinary}), ``info``
+    (``info["action_mask"]`` as int8, as Taxi; observation [t, 0]) or ``method``
+    (``action_masks()``, as SB3). A valid action: reward 1; an invalid one is catastrophic: reward
+    -100, terminated, counted in ``invalid`` and the class's ``INVALID``. Ends (terminated) at
+    t == 20. ``bad``: ``empty`` (the mask at step 3 allows nothing), ``shape`` (one entry too
+    many), ``float`` (a float32 mask)."""
+
+    INVALID = 0  # invalid actions taken by every instance of this process
+
+    def __init__(self, source="obs", multi=False, bad=None):
+        self.sizes = [3, 2] if multi else [4]
+        self.source, self.bad, n = source, bad, sum(self.sizes)
+        pos = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.observation_space = (
+            gym.spaces.Dict({"pos": pos, "action_mask": gym.spaces.MultiBinary(n)})
+            if source == "obs"
+            else pos
+        )
+        self.action_space = (
+            gym.spaces.MultiDiscrete(self.sizes) if multi else gym.spaces.Discrete(4)
+        )
+        self.t, self.invalid, self.mask = 0, 0, np.ones(n, np.int8)
+
+    def _new_mask(self):
+        parts = []
+        for size in self.sizes:
+            m = self.np_random.random(size) < 0.5
+            m[self.np_random.integers(size)] = True
+            parts.append(m)
+        self.mask = np.concatenate(parts).astype(np.int8)
+        if self.bad == "empty" and self.t == 3:
+            self.mask[:] = 0
+
+    def _given(self):  # the mask as the env hands it out (MethodMaskedEnv: action_masks())
+        m = self.mask
+        if self.bad == "shape":
+            m = np.append(m, 1)
+        return m.astype(np.float32) if self.bad == "float" else m
+
+    def _out(self):
+        pos = np.array([self.t, 0], np.float32)
+        obs = {"pos": pos, "action_mask": self.mask.copy()} if self.source == "obs" else pos
+        return obs, ({"action_mask": self._given()} if self.source == "info" else {})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self._new_mask()
+        return self._out()
+
+    def step(self, action):
+        a = np.asarray(action).reshape(-1)
+        offsets = np.cumsum([0, *self.sizes[:-1]])
+        valid = all(self.mask[o + int(x)] for o, x in zip(offsets, a, strict=True))
+        self.t += 1
+        if not valid:
+            self.invalid += 1
+            MaskedEnv.INVALID += 1
+        self._new_mask()
+        obs, info = self._out()
+        return obs, (1.0 if valid else -100.0), (not valid) or self.t >= 20, False, info
+
+
+class MethodMaskedEnv(MaskedEnv):
+    """MaskedEnv whose mask comes from ``action_masks()`` (SB3's MaskablePPO protocol)."""
+
+    def action_masks(self):
+        return self._given()
+
+
+MASKED = {  # id -> MaskedEnv kwargs
+    "FakeMaskedObs-v0": {"source": "obs"},
+    "FakeMaskedInfo-v0": {"source": "info"},
+    "FakeMaskedMethod-v0": {"source": "method"},
+    "FakeMaskedMulti-v0": {"source": "obs", "multi": True},
+    "FakeMaskedEmpty-v0": {"source": "info", "bad": "empty"},
+    "FakeMaskedShape-v0": {"source": "info", "bad": "shape"},
+    "FakeMaskedFloat-v0": {"source": "method", "bad": "float"},
+}
+
+
 FAULTY = {  # id -> FaultyEnv kwargs
     "FakeBoom-v0": {"fault": "raise"},
     "FakeNanReward-v0": {"fault": "nan_reward"},
@@ -207,6 +291,10 @@ def register() -> None:
     for name, kwargs in FAULTY.items():
         if name not in gym.registry:
             gym.register(name, entry_point=f"{__name__}:FaultyEnv", kwargs=kwargs)
+    for name, kwargs in MASKED.items():
+        if name not in gym.registry:
+            cls = "MethodMaskedEnv" if kwargs["source"] == "method" else "MaskedEnv"
+            gym.register(name, entry_point=f"{__name__}:{cls}", kwargs=kwargs)
     for name, cls in [
         ("FakeCount-v0", CountEnv),
         ("FakeDiscreteObs-v0", DiscreteObsEnv),

@@ -84,6 +84,9 @@ class Collector:
         self._nb_pol = non_blocking(self.policy_device, self.storing_device)
         self.state_specs: dict[str, Spec] = dict(policy.state_specs)
         self.input_specs: dict[str, Spec] = dict(policy.input_specs)
+        # the env's action mask [n] bool (None: none): stored at each step as its observation is,
+        # and under "next" (the mask of the step's next observation, for DQN's target)
+        self.mask_spec: Spec | None = env.specs.action_mask
         critic = getattr(policy, "has_critic", False)
         self.has_critic = critic if bootstrap_values is None else bootstrap_values and critic
         out = self._output_specs()
@@ -115,6 +118,8 @@ class Collector:
             K.OBSERVATION: self.env.specs.observation.zeros(self.B, device=dev),
             **{k: s.zeros(self.B, device=dev) for k, s in self.input_specs.items()},
         }
+        if self.mask_spec is not None:
+            inputs[K.ACTION_MASK] = torch.ones(self.B, *self.mask_spec.shape, dtype=torch.bool)
         state = {k: s.zeros(self.B, device=dev) for k, s in self.state_specs.items()}
         is_init = torch.ones(self.B, 1, dtype=torch.bool, device=dev)
         # the probe's action draws must not move the global RNG: an evaluation builds a collector,
@@ -149,6 +154,8 @@ class Collector:
         td = TensorDict({}, [T, B], device=dev)
         td[K.OBSERVATION] = specs.observation.zeros(T, B, device=dev)
         td[K.IS_INIT] = torch.zeros(T, B, 1, dtype=torch.bool, device=dev)
+        if self.mask_spec is not None:
+            td[K.ACTION_MASK] = self.mask_spec.zeros(T, B, device=dev)
         self._out_keys = list(out)
         for k, v in out.items():
             td[k] = torch.zeros(T, B, *v.shape[1:], dtype=v.dtype, device=dev)
@@ -169,6 +176,8 @@ class Collector:
         )
         for k, s in self.state_specs.items():
             nxt[k] = s.zeros(T, B, device=dev)
+        if self.mask_spec is not None:
+            nxt[K.ACTION_MASK] = self.mask_spec.zeros(T, B, device=dev)
         if self.has_critic:
             nxt[K.STATE_VALUE] = torch.zeros(T, B, 1, device=dev)
         td[K.NEXT] = nxt
@@ -179,8 +188,11 @@ class Collector:
         in-place write (no indexing per step)."""
         L = self._leaves
         carried = (*self.state_specs, *self.input_specs)
+        masked = self.mask_spec is not None
         return {
-            "root_env": [L[K.OBSERVATION][t], L[K.IS_INIT][t]],
+            "root_env": [L[K.OBSERVATION][t], L[K.IS_INIT][t]]
+            + ([L[K.ACTION_MASK][t]] if masked else []),
+            "next_mask": L[K.nxt(K.ACTION_MASK)][t] if masked else None,
             "root_policy": [(L[k][t], k) for k in carried],
             "out": [(L[k][t], k) for k in self._out_keys],
             "next_env": [L[K.nxt(k)][t] for k in _NEXT_ENV_KEYS],
@@ -190,16 +202,24 @@ class Collector:
     def _initial_root(self, seed: int | None) -> None:
         """The first step's inputs: reset observation, is_init everywhere, zero state and inputs.
 
-        The root is held twice: ``_env_root`` (observation, is_init) on the env's device for
-        storing, and the policy's inputs, state and is_init on the policy's device."""
+        The root is held twice: ``_env_root`` (observation, is_init, the action mask where the env
+        gives one) on the env's device for storing, and the policy's inputs, state and is_init on
+        the policy's device."""
         obs = self.env.reset_tensors(seed)
         is_init = torch.ones(self.B, 1, dtype=torch.bool, device=self.env_device)
         self._env_root = (obs, is_init)
         dev = self.policy_device
         self._inputs = {K.OBSERVATION: self._to_policy(obs)}
+        if self.mask_spec is not None:
+            self._set_mask(self.env.action_mask)
         self._inputs.update({k: s.zeros(self.B, device=dev) for k, s in self.input_specs.items()})
         self._state = {k: s.zeros(self.B, device=dev) for k, s in self.state_specs.items()}
         self._is_init = self._to_policy(is_init)
+
+    def _set_mask(self, mask: torch.Tensor) -> None:
+        """The next step's action mask [B, n], in the stored root and the policy's inputs."""
+        self._env_root = (*self._env_root[:2], mask)
+        self._inputs[K.ACTION_MASK] = self._to_policy(mask)
 
     def _to_policy(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(self.policy_device, non_blocking=self._nb) if self._cross else x
@@ -250,6 +270,8 @@ class Collector:
         r = self.env.step_tensors(action.to(self.env_device) if self._cross else action)
         for dst, src in zip(slots["next_env"], r[1:], strict=True):
             dst.copy_(src, non_blocking=self._nb_env)
+        if slots["next_mask"] is not None:
+            slots["next_mask"].copy_(self.env.next_action_mask, non_blocking=self._nb_env)
         for dst, k in slots["next_state"]:
             dst.copy_(nxt_state[k], non_blocking=nb)
         self._advance(t, r, action, nxt_state)
@@ -272,6 +294,8 @@ class Collector:
         done = self._to_policy(r.done)
         self._inputs[K.OBSERVATION] = self._to_policy(r.observation)
         self._is_init = done
+        if self.mask_spec is not None:
+            self._set_mask(self.env.action_mask)
         if not self.state_specs and not self.input_specs:
             return
         carried = {**nxt_state, K.PREV_ACTION: action}
@@ -286,11 +310,13 @@ class Collector:
         """New episodes where ``mask`` [B] bool (the env was reset there outside a step, e.g. an
         evaluation episode cut at its cap): the next step's root takes ``observation`` [B, ...]
         there, ``is_init`` True, zero state and derived inputs."""
-        obs, is_init = self._env_root
+        obs, is_init = self._env_root[:2]
         obs = obs.clone()
         obs[mask] = observation[mask]
         is_init = is_init | mask.view(-1, 1)
         self._env_root = (obs, is_init)
+        if self.mask_spec is not None:  # the env's masks, new where it reset
+            self._set_mask(self.env.action_mask)
         self._inputs[K.OBSERVATION] = self._to_policy(obs)
         self._is_init = self._to_policy(is_init)
         rows = self._to_policy(mask)
@@ -337,6 +363,8 @@ class Collector:
         self._inputs = {k: root[k].to(pol) for k in (K.OBSERVATION, *self.input_specs)}
         self._state = {k: root[k].to(pol) for k in self.state_specs}
         self._is_init = root[K.IS_INIT].to(pol)
+        if self.mask_spec is not None:  # (a root saved before masks: the env's current masks)
+            self._set_mask(root.get(K.ACTION_MASK, self.env.action_mask).to(env))
         self.frames = state["frames"]
 
     def close(self) -> None:

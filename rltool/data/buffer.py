@@ -48,9 +48,11 @@ PRIORITY_BYTES = 4  # the float32 priority of each stored step, always in memory
 
 
 def replay_keys(policy) -> tuple[tuple[str, ...], tuple]:
-    """(stored keys, of which recurrent-state keys) for ``policy``."""
+    """(stored keys, of which recurrent-state keys) for ``policy``; a masked policy's action
+    masks, the step's and the next observation's (the target's max runs over its valid actions)."""
     state = tuple(policy.state_specs)
-    return (*BASE_KEYS, *policy.input_specs, *state), state
+    masks = (K.ACTION_MASK, K.nxt(K.ACTION_MASK)) if getattr(policy, "mask_key", None) else ()
+    return (*BASE_KEYS, *masks, *policy.input_specs, *state), state
 
 
 class ReplayBuffer:
@@ -279,8 +281,10 @@ def step_bytes(policy) -> int:
     specs = policy.specs
     flags = 4  # is_init, terminated, truncated, done: one bool each
     own = {**policy.input_specs, **policy.state_specs}
+    mask = specs.action_mask
     return (
-        2 * spec_bytes(specs.observation)
+        (2 * spec_bytes(mask) if mask is not None and getattr(policy, "mask_key", None) else 0)
+        + 2 * spec_bytes(specs.observation)
         + spec_bytes(specs.action)
         + spec_bytes(specs.reward)
         + flags

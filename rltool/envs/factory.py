@@ -12,6 +12,7 @@ import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from rltool.config import ENV_SUITES, EnvConfig
+from rltool.envs import masks
 from rltool.envs.envpool_vec import EnvPoolVectorEnv
 from rltool.envs.normalize import ObsNormalizer, RewardScaler, make_obs_normalizer
 from rltool.envs.vector import VectorEnv, observation_spec
@@ -135,7 +136,8 @@ def _shareable(space: gym.Space) -> bool:
 
 
 def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
-    """gymnasium's SyncVectorEnv or AsyncVectorEnv (SAME_STEP autoreset) and the obs spec."""
+    """gymnasium's SyncVectorEnv or AsyncVectorEnv (SAME_STEP autoreset), the obs spec and the
+    action mask's source (``env.action_mask``, looked up on the probe env)."""
     env_id = resolve_id(cfg)
     check_env_id(env_id)
     args = (env_id, dict(cfg.kwargs), cfg.max_episode_steps, os.getcwd())
@@ -148,22 +150,27 @@ def _gymnasium_vector_env(cfg: EnvConfig, n: int, backend: str):
             f"build: {type(e).__name__}: {e}"
         ) from None
     try:
-        obs_spec, _ = observation_spec(probe.observation_space, *_obs_args(cfg))
+        space = probe.observation_space
+        source = masks.resolve(cfg.action_mask, space, probe.action_space, probe)
+        obs_spec, _ = observation_spec(space, *_obs_args(cfg, source))
         shared = backend == "async" and _shareable(probe.observation_space)
     finally:
         probe.close()
     if backend == "async":
         fn = functools.partial(_make_one, *args, worker=True, **wrap)
         mode = AutoresetMode.SAME_STEP
-        return AsyncVectorEnv([fn] * n, shared_memory=shared, autoreset_mode=mode), obs_spec
+        vec = AsyncVectorEnv([fn] * n, shared_memory=shared, autoreset_mode=mode)
+        return vec, obs_spec, source
     fn = functools.partial(_make_one, *args, **wrap)
-    return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec
+    return SyncVectorEnv([fn] * n, autoreset_mode=AutoresetMode.SAME_STEP), obs_spec, source
 
 
-def _obs_args(cfg: EnvConfig) -> tuple:
-    """``observation_spec``'s arguments after the space: obs_keep, obs_keys, symbolic."""
+def _obs_args(cfg: EnvConfig, source=None) -> tuple:
+    """``observation_spec``'s arguments after the space: obs_keep, obs_keys, symbolic, and the
+    entries left out (an action mask's, see :mod:`rltool.envs.masks`)."""
     keys = list(cfg.obs_keys) if cfg.obs_keys is not None else None
-    return cfg.obs_keep, keys, cfg.image == "symbolic"
+    exclude = source.excluded(keys) if source is not None else ()
+    return cfg.obs_keep, keys, cfg.image == "symbolic", exclude
 
 
 def make_env(
@@ -183,14 +190,21 @@ def make_env(
     env_id = resolve_id(cfg)
     if backend == "envpool":
         vec = EnvPoolVectorEnv(env_id, n, dict(cfg.kwargs), cfg.max_episode_steps)
-        obs_spec, _ = observation_spec(vec.single_observation_space, *_obs_args(cfg))
+        space = vec.single_observation_space  # no probe env: auto finds a Dict entry only
+        source = masks.resolve(cfg.action_mask, space, vec.single_action_space)
+        if source is not None and source.kind == "method":
+            raise ConfigError(
+                f"env.action_mask={cfg.action_mask}: envpool envs have no Python methods to "
+                "call; use env.backend=sync or async, or an info:<key> / obs:<entry> mask"
+            )
+        obs_spec, _ = observation_spec(space, *_obs_args(cfg, source))
     else:
-        vec, obs_spec = _gymnasium_vector_env(cfg, n, backend)
+        vec, obs_spec, source = _gymnasium_vector_env(cfg, n, backend)
     if cfg.normalize_obs and obs_norm is None:
         obs_norm = make_obs_normalizer(obs_spec, cfg.clip_obs, cfg.normalize_obs_frames)
     scaler = RewardScaler(n, gamma) if cfg.normalize_reward and training else None
     norm = obs_norm if cfg.normalize_obs else None
-    keys, symbolic = _obs_args(cfg)[1:]
+    keys, symbolic = _obs_args(cfg)[1:3]
     label = env_id if env_id.endswith(cfg.id) else f"{cfg.id} ({env_id})"  # the user's name
     env = VectorEnv(
         vec,
@@ -202,6 +216,7 @@ def make_env(
         symbolic=symbolic,
         env_id=label,
         check=cfg.check,
+        action_mask=source,
     )
     env.set_training(training)
     env.time_limit = cfg.max_episode_steps or _registered_limit(env_id)

@@ -120,7 +120,9 @@ def _batch_of(raw, shape: tuple, name: str) -> int:
 class NestedConverter:
     """Batched raw Dict / Tuple observations -> a TensorDict [B] of the chosen entries."""
 
-    def __init__(self, space: gym.Space, obs_keys: list[str] | None, symbolic: bool):
+    def __init__(
+        self, space: gym.Space, obs_keys: list[str] | None, symbolic: bool, exclude: tuple = ()
+    ):
         leaves = {".".join(str(k) for k in p): (p, s) for p, s in _leaves(space)}
         for k in obs_keys or []:
             if k not in leaves:
@@ -132,7 +134,8 @@ class NestedConverter:
                 raise ConfigError(
                     f"env.obs_keys picks {k!r}, a text entry rltool cannot encode: leave it out"
                 )
-        chosen = list(obs_keys) if obs_keys else list(leaves)
+        # ``exclude``: entries that are no observation feature (an action mask, env.action_mask)
+        chosen = list(obs_keys) if obs_keys else [k for k in leaves if k not in exclude]
         texts = [k for k in chosen if is_text(leaves[k][1])]
         if texts:
             note_once(f"text observation entries {texts} are left out (rltool cannot encode text)")
@@ -247,8 +250,10 @@ def make_converter(
     keep: list[int] | None = None,
     obs_keys: list[str] | None = None,
     symbolic: bool = False,
+    exclude: tuple = (),
 ):
-    """The converter of ``space``: ``.spec``, ``(raw) -> obs``, ``merge_final``, ``batch_one``."""
+    """The converter of ``space``: ``.spec``, ``(raw) -> obs``, ``merge_final``, ``batch_one``;
+    ``exclude``: Dict / Tuple entries left out unless ``obs_keys`` lists them."""
     nested = isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
     if nested and keep is not None:
         raise ConfigError(
@@ -261,5 +266,5 @@ def make_converter(
             f"this one is {space}: remove env.obs_keys"
         )
     if nested:
-        return NestedConverter(space, obs_keys, symbolic)
+        return NestedConverter(space, obs_keys, symbolic, exclude)
     return FlatConverter(space, keep, symbolic)

@@ -18,6 +18,7 @@ from tensordict import TensorDict
 
 from rltool import keys as K
 from rltool.envs.faults import EnvGuard
+from rltool.envs.masks import MaskSource
 from rltool.envs.normalize import ObsNormalizer, RewardScaler
 from rltool.envs.spaces import make_converter
 from rltool.envs.state import get_env_state, set_env_state
@@ -43,10 +44,11 @@ def observation_spec(
     keep: list[int] | None,
     obs_keys: list[str] | None = None,
     symbolic: bool = False,
+    exclude: tuple = (),
 ):
     """The observation spec of ``space`` and its converter (batched numpy -> a tensor [B, *shape],
     or a TensorDict [B] for a Dict / Tuple space; see :mod:`rltool.envs.spaces`)."""
-    conv = make_converter(space, keep, obs_keys, symbolic)
+    conv = make_converter(space, keep, obs_keys, symbolic, exclude)
     return conv.spec, conv
 
 
@@ -72,7 +74,9 @@ def action_spec(space: gym.Space) -> Spec:
 class VectorEnv:
     """TensorDict env over a gymnasium vector env (which must use SAME_STEP autoreset). What
     goes wrong inside the env is an :class:`~rltool.errors.EnvError` naming ``env_id``; ``check``
-    is ``env.check`` (see :mod:`rltool.envs.faults`)."""
+    is ``env.check`` (see :mod:`rltool.envs.faults`). ``action_mask``: where the env's action
+    masks come from (:mod:`rltool.envs.masks`), or None: ``action_mask`` / ``next_action_mask``
+    hold the root's and the step's next masks [B, n] bool."""
 
     def __init__(
         self,
@@ -85,11 +89,17 @@ class VectorEnv:
         symbolic: bool = False,
         env_id: str | None = None,
         check: str = "auto",
+        action_mask: MaskSource | None = None,
     ):
         self.vec_env, self.num_envs = vec_env, vec_env.num_envs
         space = vec_env.single_observation_space
-        obs, self._convert = observation_spec(space, obs_keep, obs_keys, symbolic)
-        self.specs = EnvSpecs(observation=obs, action=action_spec(vec_env.single_action_space))
+        self._masks = action_mask
+        exclude = action_mask.excluded(obs_keys) if action_mask is not None else ()
+        obs, self._convert = observation_spec(space, obs_keep, obs_keys, symbolic, exclude)
+        mask_spec = Spec((action_mask.n,), torch.bool) if action_mask is not None else None
+        act_spec = action_spec(vec_env.single_action_space)
+        self.specs = EnvSpecs(observation=obs, action=act_spec, action_mask=mask_spec)
+        self.action_mask = self.next_action_mask = None
         env_id = env_id or getattr(getattr(vec_env, "spec", None), "id", None) or "?"
         self.guard = EnvGuard(vec_env, env_id, check, obs)
         self.time_limit: int | None = None  # the env's own episode cap, where known (factory)
@@ -138,9 +148,11 @@ class VectorEnv:
     # ---- tensor-level API (the collector's hot path) ----
     def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
         g = self.guard
-        raw, _ = g.call("reset", self.vec_env.reset, seed=seed)
+        raw, info = g.call("reset", self.vec_env.reset, seed=seed)
         if g.check != "never":
             g.in_space(raw)
+        if self._masks is not None:
+            self.action_mask = self._root_mask(raw, info)
         obs = g.converted(self._convert, raw)
         g.finite(obs, None)
         self._ep_return[:] = 0.0
@@ -179,7 +191,24 @@ class VectorEnv:
         if self.reward_scaler is not None:
             rew = self.reward_scaler(rew[:, 0], torch.from_numpy(done), self.training)[:, None]
         flags = [torch.from_numpy(x[:, None]) for x in (term, trunc, done)]
+        if self._masks is not None:
+            self._step_masks(raw, info, done)
         return StepResult(*self._to(obs, next_obs, rew, *flags, ep_ret, ep_len))
+
+    def _root_mask(self, raw, info) -> torch.Tensor:
+        """The masks [B, n] of the observations the policy acts on next (EnvError if one allows
+        no action)."""
+        m = self._masks.read(self.vec_env, raw, info, self.guard)
+        self._masks.check_some(m, self.guard)
+        return self._to(torch.from_numpy(m))[0]
+
+    def _step_masks(self, raw, info, done: np.ndarray) -> None:
+        root = self._masks.read(self.vec_env, raw, info, self.guard)
+        nxt = self._masks.final(root, info, done) if done.any() else root
+        self._masks.check_some(root, self.guard)
+        self.action_mask, self.next_action_mask = self._to(
+            torch.from_numpy(root), torch.from_numpy(nxt)
+        )
 
     def reset_where(self, mask: np.ndarray) -> torch.Tensor | None:
         """New episodes in the envs where ``mask`` [B] bool (the others untouched); returns the
@@ -188,7 +217,13 @@ class VectorEnv:
         if not isinstance(self.vec_env, gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv):
             return None
         options = {"reset_mask": np.asarray(mask, dtype=bool)}
-        raw, _ = self.guard.call("reset", self.vec_env.reset, options=options)
+        raw, info = self.guard.call("reset", self.vec_env.reset, options=options)
+        if self._masks is not None:  # the reset envs' masks; the others' stay
+            rows = np.asarray(mask, bool)
+            m = self._masks.read(self.vec_env, raw, info, self.guard, rows)
+            m[~rows] = self.action_mask.cpu().numpy()[~rows]
+            self._masks.check_some(m, self.guard)
+            self.action_mask = self._to(torch.from_numpy(m))[0]
         obs = self.guard.converted(self._convert, raw)
         self.guard.finite(obs, None)
         self._ep_return[mask], self._ep_length[mask] = 0.0, 0
@@ -201,9 +236,10 @@ class VectorEnv:
         """A [B] TensorDict with ``observation`` and ``is_init`` (all True)."""
         obs = self.reset_tensors(seed)
         is_init = torch.ones(self.num_envs, 1, dtype=torch.bool, device=self.device)
-        return TensorDict(
-            {K.OBSERVATION: obs, K.IS_INIT: is_init}, self.batch_size, device=self.device
-        )
+        root = {K.OBSERVATION: obs, K.IS_INIT: is_init}
+        if self.action_mask is not None:
+            root[K.ACTION_MASK] = self.action_mask
+        return TensorDict(root, self.batch_size, device=self.device)
 
     def step(self, td: TensorDict) -> TensorDict:
         """Reads ``action``; writes ``("next", ...)``: observation (final where done), reward,
@@ -224,6 +260,8 @@ class VectorEnv:
             self.batch_size,
             device=self.device,
         )
+        if self.next_action_mask is not None:
+            td[K.NEXT, K.ACTION_MASK] = self.next_action_mask
         if policy_next is not None:
             td[K.NEXT].update(policy_next)
         return td
@@ -232,12 +270,10 @@ class VectorEnv:
         """``step`` plus the root TensorDict of the next step (reset observation and ``is_init``
         where the episode ended)."""
         td = self.step(td)
-        root = TensorDict(
-            {K.OBSERVATION: self.last_step.observation, K.IS_INIT: td[K.NEXT, K.DONE].clone()},
-            self.batch_size,
-            device=self.device,
-        )
-        return td, root
+        root = {K.OBSERVATION: self.last_step.observation, K.IS_INIT: td[K.NEXT, K.DONE].clone()}
+        if self.action_mask is not None:
+            root[K.ACTION_MASK] = self.action_mask
+        return td, TensorDict(root, self.batch_size, device=self.device)
 
     # ---- episodes in progress (exact resume; see envs/state.py) ----
     def get_state(self) -> dict | None:

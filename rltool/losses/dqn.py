@@ -8,7 +8,9 @@ recurrent state, without gradient (R2D2); they never enter the loss.
 
 Targets: n-step returns cut at the first ``done`` and at the end of the window; a terminated step
 bootstraps with 0, a truncated one from Q of the true final observation, with the state after the
-step. The target network's parameters live in a TensorDict (``target_params``) that is swapped
+step. With ``action_mask`` in the window (``env.action_mask``), the max (and double DQN's argmax)
+runs over the valid actions of ``("next", "action_mask")``, the next observation's mask. The
+target network's parameters live in a TensorDict (``target_params``) that is swapped
 into the policy for the target pass, so there is no second copy of the module.
 """
 
@@ -23,6 +25,7 @@ from torch import nn
 
 from rltool import keys as K
 from rltool.losses.reduction import reduce
+from rltool.modules.heads import masked_max
 from rltool.modules.recurrent import recurrent_mode
 
 
@@ -109,12 +112,15 @@ class DQNLoss(nn.Module):
         chosen = q.gather(-1, action.unsqueeze(-1)).squeeze(-1)
         with torch.no_grad():
             _, q_next = self._q(td, self.target_params)
-            if self.double_dqn:
+            nxt = td.get(K.NEXT)[b:]
+            mask = nxt.get(K.ACTION_MASK, None)
+            if mask is not None:
+                next_value = self._masked_next_value(q_next, q_next_online, mask)
+            elif self.double_dqn:
                 best = q_next_online.argmax(-1, keepdim=True)
                 next_value = q_next.gather(-1, best).squeeze(-1)
             else:
                 next_value = q_next.max(-1).values
-            nxt = td.get(K.NEXT)[b:]
             flat = lambda key: nxt.get(key).reshape(next_value.shape)  # noqa: E731
             target = n_step_targets(
                 flat(K.REWARD).to(next_value.dtype),
@@ -125,6 +131,15 @@ class DQNLoss(nn.Module):
                 self.n_steps,
             )
         return {K.CHOSEN_ACTION_VALUE: chosen, K.VALUE_TARGET: target}
+
+    def _masked_next_value(self, q_next, q_next_online, mask) -> torch.Tensor:
+        """max over the valid next actions [T', B] (double DQN: the target's Q at the online
+        network's valid argmax); 0 where the next mask allows nothing (a terminal state)."""
+        if not self.double_dqn:
+            return masked_max(q_next, mask)
+        best = q_next_online.masked_fill(~mask, -torch.inf).argmax(-1, keepdim=True)
+        value = q_next.gather(-1, best).squeeze(-1)
+        return torch.where(mask.any(-1), value, 0.0)
 
     def _mask(self, td) -> torch.Tensor | None:
         mask = td.get(K.MASK, None)

@@ -12,6 +12,13 @@ from rltool import keys as K
 from rltool.modules.mlp import init_linear
 
 
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``logits`` [*, n] with the invalid actions (``mask`` [*, n] bool False) at the dtype's
+    lowest finite value: their probability is 0 and softmax / entropy stay free of NaN (-inf
+    would give 0 * -inf)."""
+    return logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
+
+
 class CategoricalHead(nn.Module):
     """features [*, F] -> ``logits`` [*, n]; actions are int64 [*]."""
 
@@ -25,14 +32,18 @@ class CategoricalHead(nn.Module):
         return {K.LOGITS: self.linear(x)}
 
     @staticmethod
-    def sample(params, explore: bool) -> torch.Tensor:
+    def sample(params, explore: bool, masked: bool = False) -> torch.Tensor:
+        """``masked``: the logits were masked (:func:`mask_logits`)."""
         logits = params[K.LOGITS]
         if not explore:
             return logits.argmax(-1)
         # Gumbel-max: argmax(logits + Gumbel noise) ~ softmax(logits), in ~1/3 of softmax +
         # multinomial's time on a [B, n] batch. The noise is -log(-log u), u in [0, 1): u = 0
         # gives -inf (never picked), so no category is ever picked by a rounding accident.
-        gumbel = torch.rand_like(logits).log_().neg_().log_().neg_()
+        u = torch.rand_like(logits)
+        if masked:  # u = 0 on a valid action would lose to a masked one's finite lowest value
+            u.clamp_min_(torch.finfo(u.dtype).tiny)
+        gumbel = u.log_().neg_().log_().neg_()
         return (logits + gumbel).argmax(-1)
 
     @staticmethod
@@ -64,9 +75,10 @@ class MultiCategoricalHead(nn.Module):
     def _split(self, params):
         return params[K.LOGITS].split(self.nvec, -1)
 
-    def sample(self, params, explore: bool) -> torch.Tensor:
+    def sample(self, params, explore: bool, masked: bool = False) -> torch.Tensor:
         return torch.stack(
-            [CategoricalHead.sample({K.LOGITS: lg}, explore) for lg in self._split(params)], -1
+            [CategoricalHead.sample({K.LOGITS: lg}, explore, masked) for lg in self._split(params)],
+            -1,
         )
 
     def log_prob(self, params, action: torch.Tensor) -> torch.Tensor:
@@ -96,7 +108,7 @@ class GaussianHead(nn.Module):
         return {K.LOC: loc, K.SCALE: self.log_std.exp().expand_as(loc)}
 
     @staticmethod
-    def sample(params, explore: bool) -> torch.Tensor:
+    def sample(params, explore: bool, masked: bool = False) -> torch.Tensor:
         loc = params[K.LOC]
         return loc + params[K.SCALE] * torch.randn_like(loc) if explore else loc
 
@@ -137,11 +149,31 @@ class QHead(nn.Module):
         return {K.ACTION_VALUE: q}
 
 
-def epsilon_greedy(q: torch.Tensor, epsilon: float) -> torch.Tensor:
-    """q [*, n] -> int64 actions [*]: argmax, replaced by a uniform action with prob ``epsilon``."""
+def epsilon_greedy(q: torch.Tensor, epsilon: float, mask: torch.Tensor | None = None):
+    """q [*, n] -> int64 actions [*]: argmax, replaced by a uniform action with prob ``epsilon``;
+    with ``mask`` [*, n] bool both over the valid actions only."""
+    if mask is not None:
+        return _masked_epsilon_greedy(q, epsilon, mask)
     greedy = q.argmax(-1)
     if epsilon <= 0:
         return greedy
     explore = torch.rand(greedy.shape, device=q.device) < epsilon
     random = torch.randint(q.shape[-1], greedy.shape, device=q.device)
     return torch.where(explore, random, greedy)
+
+
+def _masked_epsilon_greedy(q: torch.Tensor, epsilon: float, mask: torch.Tensor) -> torch.Tensor:
+    greedy = q.masked_fill(~mask, -torch.inf).argmax(-1)
+    if epsilon <= 0:
+        return greedy
+    explore = torch.rand(greedy.shape, device=q.device) < epsilon
+    # a uniform valid action: the argmax of uniform scores in [0, 1), -1 where invalid
+    random = torch.rand(q.shape, device=q.device).masked_fill_(~mask, -1.0).argmax(-1)
+    return torch.where(explore, random, greedy)
+
+
+def masked_max(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """max of q [*, n] over the valid actions -> [*]; 0 where none is valid (a terminal state's
+    mask may allow nothing: its value is never bootstrapped from)."""
+    best = q.masked_fill(~mask, -torch.inf).max(-1).values
+    return torch.where(mask.any(-1), best, 0.0)

@@ -22,6 +22,7 @@ from rltool.modules.heads import (
     MultiCategoricalHead,
     QHead,
     epsilon_greedy,
+    mask_logits,
     value_head,
 )
 from rltool.modules.mlp import mlp, out_features
@@ -97,6 +98,15 @@ class ActorCritic(nn.Module):
             )
         self.in_keys = [INPUT_KEYS[name] for name in cfg.inputs]
         act = specs.action
+        # the env's action mask (env.action_mask): an input read each step, never encoded; it
+        # acts on the heads only, so every torso (MLP or memory) takes it the same way
+        self.mask_key = K.ACTION_MASK if specs.action_mask is not None else None
+        if self.mask_key is not None:
+            if not (act.discrete or act.multi_discrete):
+                raise ConfigError(
+                    "action masks need Discrete or MultiDiscrete actions: set env.action_mask=none"
+                )
+            self.in_keys.append(self.mask_key)
         self.action_features = act.n if act.discrete else int(torch.Size(act.shape).numel())
         if act.multi_discrete:
             self.action_features = sum(act.nvec)
@@ -169,6 +179,8 @@ class ActorCritic(nn.Module):
         x = self.encode(inputs)
         feat, nxt = self.actor_torso(x, state, is_init, time_dim, need_states)
         params, out = self.dist(feat), {}
+        if self.mask_key is not None and not self.is_q:  # Q-values stay raw; masked in _choose
+            params[K.LOGITS] = mask_logits(params[K.LOGITS], inputs[self.mask_key])
         if self.has_critic:
             if self.critic_torso is self.actor_torso:
                 cfeat = feat
@@ -178,14 +190,17 @@ class ActorCritic(nn.Module):
             out[K.STATE_VALUE] = self.critic(cfeat)
         return params, out, nxt
 
-    def _choose(self, params: dict) -> dict[str, torch.Tensor]:
+    def _choose(self, params: dict, inputs: dict) -> dict[str, torch.Tensor]:
         """The action and what goes with it: ``sample_log_prob``, or ``chosen_action_value``
-        [*, 1] for a Q-network (epsilon-greedy when exploring, greedy otherwise)."""
+        [*, 1] for a Q-network (epsilon-greedy when exploring, greedy otherwise); valid actions
+        only where the inputs hold an ``action_mask``."""
+        masked = self.mask_key is not None
         if self.is_q:
             q = params[K.ACTION_VALUE]
-            action = epsilon_greedy(q, self.epsilon if self.explore else 0.0)
+            mask = inputs[self.mask_key] if masked else None
+            action = epsilon_greedy(q, self.epsilon if self.explore else 0.0, mask)
             return {K.ACTION: action, K.CHOSEN_ACTION_VALUE: q.gather(-1, action.unsqueeze(-1))}
-        action = self.dist.sample(params, self.explore)
+        action = self.dist.sample(params, self.explore, masked)
         return {K.ACTION: action, K.SAMPLE_LOG_PROB: self.dist.log_prob(params, action)}
 
     def act(self, inputs: dict, state: dict, is_init: torch.Tensor):
@@ -193,7 +208,7 @@ class ActorCritic(nn.Module):
         state_value -- or action, action_value, chosen_action_value; next state dict)."""
         params, out, nxt = self._heads(inputs, state, is_init, False, True)
         out.update(params)
-        out.update(self._choose(params))
+        out.update(self._choose(params, inputs))
         return out, nxt
 
     def state_value(self, inputs: dict, state: dict, is_init: torch.Tensor) -> torch.Tensor:
@@ -224,7 +239,7 @@ class ActorCritic(nn.Module):
         temporal = self._temporal()
         inputs, state, is_init = self._read(td, temporal)
         params, out, nxt = self._heads(inputs, state, is_init, temporal, True)
-        for k, v in {**params, **out, **self._choose(params)}.items():
+        for k, v in {**params, **out, **self._choose(params, inputs)}.items():
             td.set(k, v)
         for k, v in nxt.items():
             td.set(K.nxt(k), v)
