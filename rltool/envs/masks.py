@@ -22,22 +22,11 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
+from rltool.envs.spaces import _leaves
 from rltool.errors import ConfigError, UserError
 
 AUTO_ENTRY, AUTO_METHOD, AUTO_INFO = "action_mask", "action_masks", "action_mask"
 KINDS = ("obs", "info", "method")
-
-
-def _leaves(space: gym.Space, prefix=()):
-    if isinstance(space, gym.spaces.Dict):
-        items = space.spaces.items()
-    elif isinstance(space, gym.spaces.Tuple):
-        items = enumerate(space.spaces)
-    else:
-        yield prefix, space
-        return
-    for k, sub in items:
-        yield from _leaves(sub, (*prefix, k))
 
 
 def _entries(space: gym.Space) -> dict[str, tuple]:
