@@ -14,7 +14,7 @@ class ConfigError(UserError, ValueError):
     """A config value that is impossible or unsupported."""
 
 
-# exit codes of the rltool commands; see the README
+# exit codes of the rltool commands; docs/reference/exit-codes.md lists every case
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1  # rltool train -m: a job of the sweep failed
 EXIT_USAGE = 2  # bad input (a UserError, a Hydra / OmegaConf composition error): one line

@@ -8,7 +8,7 @@ file itself is kept (removing it would let two processes lock two different file
 On a local file system the lock is exact. On NFS, Linux turns ``flock`` into an NFS byte-range
 lock (NLM for NFSv3, the protocol's own locks for NFSv4): it holds across machines when the mount
 supports locking, and only between processes of one machine on mounts with ``nolock`` or
-``local_lock=all`` (see the README).
+``local_lock=all`` (docs/concepts/run-folder.md).
 """
 
 from __future__ import annotations

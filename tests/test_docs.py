@@ -53,3 +53,11 @@ def test_every_link_of_the_readme_exists():
     links = re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
     local = [p for p in links if not p.startswith(("http://", "https://"))]
     assert local and [p for p in local if not (ROOT / p).exists()] == []
+
+
+def test_every_docs_page_the_code_and_configs_name_exists():
+    """Comments in rltool/, conf/ and scripts/ point at docs pages (the notes behind a default):
+    each exists."""
+    files = [*ROOT.glob("rltool/**/*.py"), *ROOT.glob("conf/**/*.yaml"), *ROOT.glob("scripts/*.py")]
+    named = {m for f in files for m in re.findall(r"docs/[\w/.-]+\.md", f.read_text())}
+    assert named and sorted(p for p in named if not (ROOT / p).is_file()) == []

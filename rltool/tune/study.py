@@ -28,7 +28,7 @@ DB = "study.db"
 META = "study.json"
 STUDY_NAME = "rltool-tune"
 # defaults of rltool tune's seed0=, population_seed0=, population_seeds= (rltool/cli/tune.py)
-SEARCH_SEED0 = 200  # trial seeds are 200, 201, ...: the tuning seeds of the README
+SEARCH_SEED0 = 200  # trial seeds are 200, 201, ...: the tuning seeds (docs/results/protocol.md)
 MAX_SEEDS = 100  # so they stay below CI's learning-check seeds (300-302)
 POPULATION = tuple(range(100, 120))  # the held-out population: confirm=<trial>, never searched
 PRUNERS = ("median", "halving", "none")

@@ -19,7 +19,8 @@ class DQNConfig:
     # 3-step targets: with 1-step ones the final greedy policy drifted off the track on half of
     # the tuning seeds, its Q near 1/(1-gamma) all the way to the edge (the end is past the
     # horizon of one bootstrap); 3 steps carry the edge's terminal back faster, with less bias
-    # from Q itself. (n-step returns are cut at episode ends and at the end of a sequence.)
+    # from Q itself (docs/notes/dqn-targets.md). n-step returns are cut at episode ends and at
+    # the end of a sequence.
     n_steps: int = 3
     double_dqn: bool = True  # the max of a wide net's noisy Q overestimates (Q passed 1/(1-gamma))
     loss_function: str = "smooth_l1"  # l2 | smooth_l1
@@ -31,7 +32,7 @@ class DQNConfig:
     warmup_frames: int = 1000  # frames collected before the first update
     eps_start: float = 1.0  # epsilon-greedy, linear from eps_start to eps_end over eps_frames
     # 0.1, not rl-zoo's 0.04: on tuning seeds 230-249 19 of 20 ended >= 450 (0.04: 18, min 328),
-    # on the population 19 of 20 (0.04: 16); README, "Learning results: populations of seeds"
+    # on the population 19 of 20 (0.04: 16); why: docs/notes/dqn-epsilon.md
     eps_end: float = 0.1
     eps_frames: int = 8000  # frames over which epsilon anneals
 
