@@ -62,6 +62,30 @@ def field_comments(cls: type) -> dict[str, str]:
     return out
 
 
+def field_ranges(cls: type) -> dict[str, str]:
+    """``{field: range}`` read from the schema's own checks in ``__post_init__``:
+    ``check(cond, "<group>.<field>", value, "<want>")`` gives ``want`` and
+    ``check_choice("<group>.<field>", value, (<choices>))`` the choices (other calls: none)."""
+    post = getattr(cls, "__post_init__", None)
+    if post is None:
+        return {}
+    tree = ast.parse(textwrap.dedent(inspect.getsource(post)))
+    out: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+            continue
+        args, name = node.args, node.func.id
+        if name in ("check", "_check") and len(args) == 4:
+            key, want = args[1], args[3]
+            if isinstance(key, ast.Constant) and isinstance(want, ast.Constant):
+                out.setdefault(str(key.value).rsplit(".", 1)[-1], str(want.value))
+        elif name == "check_choice" and len(args) == 3 and isinstance(args[2], ast.Tuple):
+            choices = [str(e.value) for e in args[2].elts if isinstance(e, ast.Constant)]
+            if isinstance(args[0], ast.Constant):
+                out.setdefault(str(args[0].value).rsplit(".", 1)[-1], " | ".join(choices))
+    return out
+
+
 def type_name(tp) -> str:
     text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
     return text.replace("typing.", "").replace("NoneType", "None")
@@ -84,7 +108,7 @@ def show(value: object) -> str:
 
 def key_table(cls: type, prefix: str) -> list[str]:
     """Rows ``| key | default | type | meaning |`` of a schema; nested schemas expanded."""
-    notes = field_comments(cls)
+    notes, ranges = field_comments(cls), field_ranges(cls)
     hints = typing.get_type_hints(cls, vars(sys.modules[cls.__module__]))
     rows, nested = [], []
     for f in dataclasses.fields(cls):
@@ -96,7 +120,8 @@ def key_table(cls: type, prefix: str) -> list[str]:
             continue
         meaning = cell(notes.get(f.name, "")) or "-"
         tp = type_name(hints.get(f.name, f.type)).replace("|", "\\|")
-        rows.append(f"| `{prefix}{f.name}` | {show(value)} | {tp} | {meaning} |")
+        valid = cell(ranges.get(f.name, "")) or "-"
+        rows.append(f"| `{prefix}{f.name}` | {show(value)} | {tp} | {valid} | {meaning} |")
     for sub, sub_prefix in nested:
         rows += key_table(sub, sub_prefix)
     return rows
@@ -107,7 +132,7 @@ def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;")
 
 
-TABLE_HEAD = ["| key | default | type | meaning |", "|---|---|---|---|"]
+TABLE_HEAD = ["| key | default | type | valid values | meaning |", "|---|---|---|---|---|"]
 
 
 def option_lines(group: str) -> list[str]:
@@ -151,7 +176,9 @@ def config_reference() -> str:
     parts = [
         HEADER,
         "# Config keys\n",
-        "Every key of `rltool train`, by group. **default** is the schema's (the one source of "
+        "Every key of `rltool train`, by group. **valid values** are the schema's own checks (a "
+        "value outside them is refused with that line before anything runs; -: any value of "
+        "its type). **default** is the schema's (the one source of "
         "defaults: `rltool/config.py`, `rltool/algos/<name>/config.py`, "
         "`rltool/memories.py`); a YAML option of `conf/<group>/` changes only what it lists "
         "under the group. Values are checked when the config is composed (`rltool train "
