@@ -12,6 +12,8 @@ import sys
 
 import gymnasium as gym
 import numpy as np
+import onnx  # rltool[export], in the test extra: a missing one fails, never skips
+import onnxruntime as ort
 import pytest
 import torch
 from conftest import ROOT, cli_env
@@ -20,9 +22,6 @@ import rltool
 from rltool.cli import main
 from rltool.errors import UserError
 from rltool.export import METADATA, export_policy
-
-ort = pytest.importorskip("onnxruntime")
-onnx = pytest.importorskip("onnx")
 
 TINY = [
     "total_frames=512",
@@ -51,12 +50,24 @@ def _train(root, *overrides) -> str:
     return str(run)
 
 
-@pytest.fixture(scope="module", params=MEMORIES)
-def cartpole_run(request, tmp_path_factory):
-    kind = request.param
-    extra = ["policy.memory.heads=2", "policy.memory.window=4"] if kind == "trxl" else []
-    root = tmp_path_factory.mktemp(kind)
-    return kind, _train(root, "env=cartpole_pomdp", f"policy={kind}", *extra)
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """``trained(kind)``: a tiny cartpole_pomdp run of that memory, trained once per module."""
+    runs: dict[str, str] = {}
+
+    def get(kind: str) -> str:
+        if kind not in runs:
+            extra = ["policy.memory.heads=2", "policy.memory.window=4"] if kind == "trxl" else []
+            root = tmp_path_factory.mktemp(kind)
+            runs[kind] = _train(root, "env=cartpole_pomdp", f"policy={kind}", *extra)
+        return runs[kind]
+
+    return get
+
+
+@pytest.fixture(params=MEMORIES)
+def cartpole_run(request, trained):
+    return request.param, trained(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +229,9 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_a_step_that_cannot_be_exported_is_refused_and_leaves_no_file(
-    cartpole_run, tmp_path, monkeypatch
+    trained, tmp_path, monkeypatch
 ):
-    kind, run = cartpole_run
-    if kind != "gru":
-        pytest.skip("one memory is enough")
+    run = trained("gru")
     from rltool.modules.recurrent import GRUModule
 
     step = GRUModule._step
@@ -240,20 +249,16 @@ def test_a_step_that_cannot_be_exported_is_refused_and_leaves_no_file(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_missing_package_names_the_extra(cartpole_run, tmp_path, monkeypatch):
-    kind, run = cartpole_run
-    if kind != "mlp":
-        pytest.skip("one memory is enough")
+def test_a_missing_package_names_the_extra(trained, tmp_path, monkeypatch):
+    run = trained("mlp")
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # import onnxscript -> ImportError
     with pytest.raises(UserError, match=r"pip install 'rltool\[export\]'"):
         export_policy(run, "onnx", out=tmp_path / "p.onnx")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_pt2_file_loads_and_runs_without_rltool(cartpole_run, tmp_path):
-    kind, run = cartpole_run
-    if kind != "lstm":
-        pytest.skip("one memory is enough")
+def test_a_pt2_file_loads_and_runs_without_rltool(trained, tmp_path):
+    run = trained("lstm")
     path = export_policy(run, "pt2", out=tmp_path / "p.pt2")
     code = (
         "import sys, json, torch\n"
