@@ -1,9 +1,11 @@
 """The CLI end to end in a subprocess: a tiny training run, help, config printing, bad input."""
 
 import json
+import subprocess
+import sys
 
 import pytest
-from conftest import metric_rows, run_cli
+from conftest import cli_env, metric_rows, run_cli
 
 
 def test_train_tiny_budget_writes_run_dir(tmp_path):
@@ -128,3 +130,18 @@ def test_schemas_are_no_options(tmp_path):
             f"rltool train: error: unknown option {group}={name}: choose one of {_options(group)}"
         )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_output_into_a_pipe_its_reader_closed_is_not_an_error():
+    """``rltool ... | head``: the reader stops early; rltool exits 0, without a traceback or
+    an "internal error" line."""
+    p = subprocess.Popen(
+        [sys.executable, "-m", "rltool", "report", "--help"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli_env(),
+        text=True,
+    )
+    p.stdout.close()  # closed before rltool writes a line
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 0 and err == "", err

@@ -25,6 +25,7 @@ import sys
 
 from rltool.errors import (
     EXIT_INTERRUPTED,
+    EXIT_OK,
     EXIT_OS,
     EXIT_SOFTWARE,
     EXIT_USAGE,
@@ -138,12 +139,16 @@ def _main(argv: list[str] | None) -> int:
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
     try:
         rc = COMMANDS[name][0](rest, debug)
+        sys.stdout.flush()  # a closed pipe (| head) shows here, not at exit
     except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
         print(f"rltool {name}: {e}", file=stderr)
         return e.exit_code
     except KeyboardInterrupt:
         print(f"rltool {name}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # output piped into a reader that stopped (| head): not a failure
+        _quiet_stdout()
+        return EXIT_OK
     except (EnvError, OSFault) as e:  # the user's env or the OS, not rltool: their own status
         if debug:
             raise
@@ -166,6 +171,13 @@ def _main(argv: list[str] | None) -> int:
     finally:
         sys.stderr = stderr
     return rc or 0
+
+
+def _quiet_stdout() -> None:
+    """Points stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":
