@@ -22,9 +22,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rltool import algos, layout, memories, runlock
+from rltool import algos, layout, runlock
 from rltool.config import Config
-from rltool.config_store import SAFE_KEYS, SCHEMAS, is_safe, to_config
+from rltool.config_store import SAFE_KEYS, SCHEMAS, is_safe, read_saved, to_config
 from rltool.errors import UserError
 from rltool.hooks import Hooks
 
@@ -63,7 +63,7 @@ def saved_config(run_dir: str | Path, *overrides: str) -> Config:
     path = layout.RunFolder(run_dir).config
     if not path.is_file():
         raise UserError(f"{run_dir} is not an rltool run folder (no {layout.CONFIG})")
-    saved = memories.migrate(OmegaConf.to_container(OmegaConf.load(path)))
+    saved = read_saved(path)
     for item in overrides:
         key = item.partition("=")[0]
         if not is_safe(key):

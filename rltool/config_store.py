@@ -20,7 +20,7 @@ from rltool.config import (
     OptimConfig,
     PolicyConfig,
 )
-from rltool.errors import ConfigError
+from rltool.errors import ConfigError, UserError
 
 SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
     "env": EnvConfig,
@@ -101,6 +101,20 @@ def flatten(d: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{k}"] = v
     return out
+
+
+def read_saved(path) -> dict:
+    """A run's saved ``config.yaml`` as a plain dict in today's layout (older runs' memory keys
+    migrated, :func:`rltool.memories.migrate`); an unreadable file is a one-line UserError."""
+    from rltool import memories
+
+    try:
+        saved = OmegaConf.to_container(OmegaConf.load(path))
+    except Exception as e:  # noqa: BLE001 - a broken file is one line
+        raise UserError(f"{path} is not readable YAML ({e}): restore it") from None
+    if not isinstance(saved, dict):
+        raise UserError(f"{path} does not hold a config: restore it")
+    return memories.migrate(saved)
 
 
 def compose(*overrides: str) -> Config:

@@ -30,6 +30,7 @@ from rltool import algos, layout, memories
 from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
+from rltool.config_store import read_saved
 from rltool.envs import make_env
 from rltool.envs.normalize import EntryNormalizer, ObsNormalizer
 from rltool.envs.vector import VectorEnv
@@ -130,14 +131,8 @@ def _check_run(run_dir: Path, config: dict, path: Path) -> None:
     own = layout.RunFolder(run_dir).config
     if not own.is_file():  # a folder of checkpoints only: nothing to check against
         return
-    try:
-        saved = OmegaConf.to_container(OmegaConf.load(own))
-    except Exception as e:  # noqa: BLE001 - a broken file is one line
-        raise UserError(f"{own} is not readable YAML ({e}): restore it") from None
-    if not isinstance(saved, dict):
-        raise UserError(f"{own} does not hold a config: restore it")
     fix = f"put back the checkpoint {run_dir} wrote, or evaluate the run that wrote this one"
-    ckpt.check_config(config, memories.migrate(saved), path, fix)
+    ckpt.check_config(config, read_saved(own), path, fix)
 
 
 class LoadedPolicy:

@@ -20,8 +20,7 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from rltool import memories
-from rltool.config_store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options
+from rltool.config_store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options, read_saved
 from rltool.errors import UserError
 from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
@@ -163,14 +162,7 @@ def _check_run_dir(value: str) -> Path:
 
 
 def _saved_config(run_dir: Path) -> dict:
-    path = RunFolder(run_dir).config
-    try:
-        saved = OmegaConf.to_container(OmegaConf.load(path))
-    except Exception as e:  # noqa: BLE001 - a broken file is one line
-        raise UserError(f"{path} is not readable YAML ({e}): restore it") from None
-    if not isinstance(saved, dict):
-        raise UserError(f"{path} does not hold a config: restore it")
-    return memories.migrate(saved)  # a run started before the memory keys moved
+    return read_saved(RunFolder(run_dir).config)  # older runs' memory keys migrated
 
 
 def _bases(saved: dict) -> dict[str, str]:
