@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from rltool.algos import load_class
 from rltool.errors import MOVED_KEYS, ConfigError
 
 NO_MEMORY = "mlp"  # policy.kind of the memoryless policy
@@ -51,10 +52,7 @@ class MemorySpec:
     check: Callable | None = None
 
     def load(self) -> type:
-        if isinstance(self.module, str):
-            module, _, cls = self.module.partition(":")
-            return getattr(importlib.import_module(module), cls)
-        return self.module
+        return load_class(self.module)
 
 
 _REGISTRY: dict[str, MemorySpec] = {}

@@ -11,32 +11,14 @@ from omegaconf import OmegaConf
 
 import rltool
 from rltool import algos, memories
-from rltool.config import (
-    BufferConfig,
-    CollectorConfig,
-    Config,
-    DistributedConfig,
-    EnvConfig,
-    LoggerConfig,
-    OptimConfig,
-    PolicyConfig,
-)
-from rltool.config_store import flatten, options
+from rltool.config import Config
+from rltool.config_store import SCHEMAS, flatten, options
 from rltool.errors import ConfigError
 
 
 def schema_config(loss) -> Config:
     """The config built from the schemas' defaults alone, with ``loss``'s."""
-    return Config(
-        env=EnvConfig(),
-        policy=PolicyConfig(),
-        loss=loss,
-        collector=CollectorConfig(),
-        buffer=BufferConfig(),
-        optim=OptimConfig(),
-        logger=LoggerConfig(),
-        distributed=DistributedConfig(),
-    )
+    return Config(loss=loss, **{group: schema() for group, schema in SCHEMAS.items()})
 
 
 def as_dict(cfg) -> dict:
@@ -81,8 +63,7 @@ def test_compose_refuses_like_train():
 
 def test_the_schemas_have_no_field_without_a_default():
     """Python users build any group from its schema alone (``EnvConfig()``, ``PPOConfig()``)."""
-    schemas = [EnvConfig, PolicyConfig, CollectorConfig, BufferConfig, OptimConfig]
-    schemas += [a.config for a in algos.specs()]
+    schemas = [*SCHEMAS.values(), *(a.config for a in algos.specs())]
     for schema in schemas:
         for f in dataclasses.fields(schema):
             assert f.default is not dataclasses.MISSING or (

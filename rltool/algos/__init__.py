@@ -41,10 +41,16 @@ class AlgoSpec:
     rollout_multiple: Callable | None = None
 
     def load(self) -> type:
-        if isinstance(self.algorithm, str):
-            module, _, cls = self.algorithm.partition(":")
-            return getattr(importlib.import_module(module), cls)
-        return self.algorithm
+        return load_class(self.algorithm)
+
+
+def load_class(ref: type | str) -> type:
+    """``ref`` itself, or the class a ``"pkg.module:Class"`` string names (imported now: the
+    registries name classes this way so that composing a config imports no torch)."""
+    if isinstance(ref, str):
+        module, _, cls = ref.partition(":")
+        return getattr(importlib.import_module(module), cls)
+    return ref
 
 
 _REGISTRY: dict[str, AlgoSpec] = {}
