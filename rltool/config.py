@@ -398,6 +398,9 @@ class Config:
     seed: int = 0  # seeds python, numpy, torch and the envs (eval envs: + eval.seed_offset)
     total_frames: int = 100_000  # the budget: env steps of all envs together
     num_threads: int = 1  # torch intra-op threads (1: fastest for these small models)
+    # torch.compile the acting step and the loss with its backward (rltool/compile.py); the
+    # compilation (~1 min on a CPU) counts in the run's time; a failure: one warning, eager
+    compile: bool = False
 
     def __post_init__(self):
         check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")

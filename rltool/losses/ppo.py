@@ -34,9 +34,29 @@ class PPOLoss(nn.Module):
     ):
         super().__init__()
         self.policy = policy
-        self.clip_epsilon, self.clip_value = clip_epsilon, clip_value
+        # the annealed scalars are 0-d tensors set in place: a compiled loss (compile=true) reads
+        # them as inputs, where a Python float would be a constant recompiled at each new value
+        self.register_buffer("_clip_epsilon", torch.tensor(float(clip_epsilon)), persistent=False)
+        self.register_buffer("_entropy_coef", torch.tensor(float(entropy_coef)), persistent=False)
+        self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
-        self.entropy_coef, self.value_coef, self.reduction = entropy_coef, value_coef, reduction
+        self.value_coef, self.reduction = value_coef, reduction
+
+    @property
+    def clip_epsilon(self) -> torch.Tensor:
+        return self._clip_epsilon
+
+    @clip_epsilon.setter
+    def clip_epsilon(self, value: float) -> None:
+        self._clip_epsilon.fill_(value)
+
+    @property
+    def entropy_coef(self) -> torch.Tensor:
+        return self._entropy_coef
+
+    @entropy_coef.setter
+    def entropy_coef(self, value: float) -> None:
+        self._entropy_coef.fill_(value)
 
     def evaluate(self, td: TensorDictBase) -> dict[str, torch.Tensor]:
         """The current policy on the stored actions (temporal mode unless forced sequential)."""
@@ -100,12 +120,14 @@ class PPOLoss(nn.Module):
         log_ratio = sel(self._log_ratio(td, ev))
         target = sel(td.get(K.VALUE_TARGET).reshape(td.batch_size))
         old_value = sel(td.get(K.STATE_VALUE).reshape(td.batch_size))
-        var = target.var() if target.numel() > 1 else target.new_tensor(0.0)
+        several = target.numel() > 1
+        var = target.var() if several else target.new_tensor(0.0)
+        resid = (target - old_value).var() if several else var
+        # where, not `if var > 0`: no data-dependent branch (compile=true traces one graph)
+        unexplained = resid / var.where(var > 0, 1.0)
         return {
             "approx_kl": ((log_ratio.exp() - 1) - log_ratio).mean(),
             "clip_fraction": ((log_ratio.exp() - 1).abs() > self.clip_epsilon).float().mean(),
             "entropy": sel(ev["entropy"]).mean(),
-            "explained_variance": 1 - (target - old_value).var() / var
-            if var > 0
-            else var.new_tensor(float("nan")),
+            "explained_variance": (1 - unexplained).where(var > 0, float("nan")),
         }

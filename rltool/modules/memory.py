@@ -93,15 +93,20 @@ class Memory(nn.Module):
                 s.reshape(*lead, *sh) for s, sh in zip(nxt, shapes, strict=True)
             )
         T = x.shape[0]
-        x, is_init = x.reshape(T, n, -1), is_init.reshape(T, n)
-        if self.mode == "sequential":
-            y, nxt = self._loop(x, flat, is_init)
-        else:
-            y, nxt = self._scan(x, flat, is_init, need_states)
+        y, nxt = self._sequence(x.reshape(T, n, -1), flat, is_init.reshape(T, n), need_states)
         y = y.reshape(T, *lead, -1)
         if nxt is not None:
             nxt = tuple(s.reshape(T, *lead, *sh) for s, sh in zip(nxt, shapes, strict=True))
         return y, nxt
+
+    # a sequence's episode cuts are data-dependent (the lanes' lengths): under torch.compile
+    # (compile=true, rltool/compile.py) it runs eagerly between the graphs around it
+    @torch.compiler.disable
+    def _sequence(self, x, states, is_init, need_states):
+        """x [T, n, F], states [n, ...], is_init [T, n] -> the step loop or the scan."""
+        if self.mode == "sequential":
+            return self._loop(x, states, is_init)
+        return self._scan(x, states, is_init, need_states)
 
     def _loop(self, x, states, is_init):
         """The step loop: x [T, n, F], states [n, ...], is_init [T, n] -> y [T, n, H] and the
