@@ -5,10 +5,11 @@ What is compiled, in place, after :func:`rltool.train.build`:
 - the collector's acting step, ``collector.act`` = ``policy.act(inputs, state, is_init)`` for a
   [B] batch (one graph: encoder, torso, one memory step, heads, the action's draw); not a
   Q-network's (DQN's epsilon, a float annealed at each update, would recompile it);
-- the algorithm's loss module's ``forward`` (``algo.loss``: PPO's and DQN's): the policy re-run
-  over the minibatch, the heads and the loss terms; AOTAutograd compiles the backward with it.
-  A memory's sequence run (its episode cuts are data-dependent) stays eager between the graphs
-  around it (``Memory._sequence``).
+- the algorithm's loss module's ``forward`` (``algo.loss``: PPO's and DQN's) for a stateless
+  policy: the policy re-run over the minibatch, the heads and the loss terms; AOTAutograd
+  compiles the backward with it. Not with a memory: its sequence run (the episode cuts are
+  data-dependent) stays eager (``Memory._sequence``), and the graphs around it measured slower
+  than eager (0.67-0.72x on the LSTM preset's minibatch: docs/benchmarks/compiled.md).
 
 Functions are compiled, never modules: the state dicts keep their keys (no ``_orig_mod.``), so
 checkpoints load into a compiled or an eager run alike. Adam (``FlatAdam``: a handful of flat
@@ -76,9 +77,13 @@ def _clone(out):
 def compile_run(run, backend="inductor") -> None:
     """Compiles ``run``'s acting step and its algorithm's loss in place (see the module
     docstring); ``backend``: torch.compile's (tests pass a failing one)."""
+    # dynamo traces torch's LSTM / GRU modules (here: their weights for the fused step) only
+    # with this flag: without it the acting step breaks into graphs around the memory (0.5x)
+    torch._dynamo.config.allow_rnn = True
     cuda, group = module_device(run.policy).type == "cuda", []
     if not run.policy.is_q:  # a Q-network's annealed epsilon (a float) would recompile it
         run.collector.act = Compiled(run.collector.act, "the acting step", group, cuda, backend)
     loss = getattr(run.algo, "loss", None)
-    if isinstance(loss, torch.nn.Module):  # an instance attribute: nn.Module calls self.forward
+    # around an eager memory the loss's graphs are slower than eager (0.7x, measured)
+    if isinstance(loss, torch.nn.Module) and not run.policy.state_specs:
         loss.forward = Compiled(loss.forward, "the loss", group, cuda, backend)

@@ -43,9 +43,10 @@ TINY_MLP = [
 
 
 @pytest.fixture
-def aten_random(monkeypatch):
+def aten_random():
     """The compiled graphs draw with aten's random ops: the same actions as eager's."""
-    monkeypatch.setattr(inductor_config, "fallback_random", True)
+    with inductor_config.patch(fallback_random=True):
+        yield
 
 
 def _rollout_and_grads(run):
@@ -61,18 +62,22 @@ def _rollout_and_grads(run):
     return batch, terms, grads
 
 
-def test_compiled_lstm_run_matches_eager_rollout_terms_and_grads(aten_random):
-    cfg = make_cfg(*TINY_LSTM)
+@pytest.mark.parametrize("overrides", [TINY_LSTM, TINY_MLP], ids=["lstm", "mlp"])
+def test_compiled_run_matches_eager_rollout_terms_and_grads(overrides, aten_random):
+    """The acting step compiled (both), the loss too (the MLP; with a memory it stays eager)."""
+    cfg = make_cfg(*overrides)
     eager, compiled = build(cfg), build(cfg)  # the same seed: the same parameters and envs
     compile_run(compiled)
+    recurrent = bool(eager.policy.state_specs)
     assert isinstance(compiled.collector.act, Compiled)
+    assert isinstance(compiled.algo.loss.forward, Compiled) is not recurrent
     b_e, t_e, g_e = _rollout_and_grads(eager)
     b_c, t_c, g_c = _rollout_and_grads(compiled)
-    assert not compiled.collector.act.failed and not compiled.algo.loss.forward.failed
+    assert not compiled.collector.act.failed
     assert b_e[K.NEXT, K.DONE].any()  # the rollout holds resets
     torch.testing.assert_close(b_c[K.IS_INIT], b_e[K.IS_INIT])
     torch.testing.assert_close(b_c[K.ACTION], b_e[K.ACTION])
-    for k in (K.RECURRENT_STATE_H, K.RECURRENT_STATE_C):  # the states, zero at each reset
+    for k in eager.policy.state_specs:  # the states, zero at each reset
         torch.testing.assert_close(b_c[k], b_e[k], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(b_c[K.NEXT, k], b_e[K.NEXT, k], rtol=1e-5, atol=1e-6)
         assert (b_c[k][b_c[K.IS_INIT].squeeze(-1)] == 0).all()
