@@ -29,7 +29,7 @@ def setup(policy: str, overrides: list[str]):
     """A built run, its state to restore before each update, and two consecutive rollouts."""
     cfg = compose("env=cartpole_pomdp", f"policy={policy}", *overrides)
     run = build(cfg)
-    kept = run.algo._keep(run.collector.collect())
+    kept = run.algo.keep(run.collector.collect())
     batch = run.collector.collect().clone()
     saved = copy.deepcopy((run.policy.state_dict(), run.optimizer.state_dict()))
     return run, kept, batch, saved

@@ -151,7 +151,7 @@ def test_only_the_columns_that_continue_the_kept_rollout_are_refreshed():
     columns are refreshed. The input batch is not changed."""
     torch.manual_seed(0)
     collector, algo, _ = _setup("lstm", True, epochs=2)
-    kept = algo._keep(collector.collect())
+    kept = algo.keep(collector.collect())
     batch = collector.collect().clone()
     collector.close()
     with torch.no_grad():  # as after a gradient step: the refresh gives other states

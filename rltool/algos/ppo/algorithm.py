@@ -36,8 +36,9 @@ class PPO(Algorithm):
             value_coef=c.value_coef,
             reduction=c.reduction,
         )
-        self.refresh = bool(c.refresh_states and policy.state_specs)
-        self.previous = None  # the last rollout's memory inputs (refresh_states), from _keep
+        # one epoch has no later epoch to refresh: nothing is kept
+        self.refresh = bool(c.refresh_states and policy.state_specs and c.epochs > 1)
+        self.previous = None  # the last rollout's memory inputs (refresh_states), from keep
 
     def update(self, batch, progress, frames, step):
         """Logs ``epochs``: the epochs completed (fewer when ``target_kl`` stopped the batch)."""
@@ -46,7 +47,7 @@ class PPO(Algorithm):
         self.loss.entropy_coef = c.entropy_coef * (1 - progress if c.anneal_entropy else 1)
         add_gae(batch, c.gamma, c.gae_lambda)
         kl_limit = c.target_kl and 1.5 * c.target_kl
-        previous, self.previous = self.previous, self._keep(batch) if self.refresh else None
+        previous, self.previous = self.previous, self.keep(batch) if self.refresh else None
         data = batch
         for epoch in range(c.epochs):
             if epoch and previous is not None:  # the first epoch keeps the collected states
@@ -59,7 +60,7 @@ class PPO(Algorithm):
                 step(terms)
         return {"epochs": c.epochs}
 
-    def _keep(self, batch: TensorDictBase) -> tuple[TensorDictBase, dict]:
+    def keep(self, batch: TensorDictBase) -> tuple[TensorDictBase, dict]:
         """What the next update's refresh reads of this rollout [T, B]: the memory's inputs,
         ``is_init`` and stored states at every step, and the states after its last step
         {key: [B, ...]}. Copies: the collector reuses its buffer."""
@@ -70,7 +71,7 @@ class PPO(Algorithm):
 
     def refreshed(self, batch: TensorDictBase, previous) -> TensorDictBase:
         """``batch`` [T, B] (a shallow copy; the input is not changed) with the state keys at t=0
-        recomputed by the current parameters over ``previous`` (from :meth:`_keep`), in the
+        recomputed by the current parameters over ``previous`` (from :meth:`keep`), in the
         columns that continue it; the others as stored."""
         kept, last = previous
         with torch.no_grad(), recurrent_mode("temporal"):
