@@ -273,6 +273,18 @@ class ActorCritic(nn.Module):
         out["entropy"] = self.dist.entropy(params)
         return out
 
+    def final_states(self, td: TensorDictBase) -> dict[str, torch.Tensor]:
+        """The recurrent states after the last step of a [T, B] rollout, run from its stored
+        states at t=0 (``is_init`` resets included) by every torso's memory: {state key: [B, ...]}.
+        PPO's ``loss.refresh_states`` calls it without gradients, in temporal mode."""
+        inputs, state, is_init = self._read(td, temporal=True)
+        x = self.encode(inputs)
+        out = {}
+        for torso in self.torsos:
+            _, nxt = torso(x, state, is_init, True, True)
+            out.update({k: s[-1] for k, s in nxt.items()})
+        return out
+
     def action_values(self, td: TensorDictBase, with_next: bool = False, need_states=False):
         """Q over a [T, B] window (the DQN loss's path): ``action_value`` [T, B, n]; with
         ``with_next`` also Q of ``("next", "observation")`` [T, B, n], each from the state after
