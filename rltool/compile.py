@@ -8,8 +8,8 @@ What is compiled, in place, after :func:`rltool.train.build`:
 - the algorithm's loss module's ``forward`` (``algo.loss``: PPO's and DQN's) for a stateless
   policy: the policy re-run over the minibatch, the heads and the loss terms; AOTAutograd
   compiles the backward with it. Not with a memory: its sequence run (the episode cuts are
-  data-dependent) stays eager (``Memory._sequence``), and the graphs around it measured slower
-  than eager (0.67-0.72x on the LSTM preset's minibatch: docs/benchmarks/compiled.md).
+  data-dependent) breaks the graph, and the graphs around it measured slower than eager
+  (0.67-0.72x on the LSTM preset's minibatch: docs/benchmarks/compiled.md).
 
 Functions are compiled, never modules: the state dicts keep their keys (no ``_orig_mod.``), so
 checkpoints load into a compiled or an eager run alike. Adam (``FlatAdam``: a handful of flat
