@@ -36,8 +36,11 @@ class PPOLoss(nn.Module):
         self.policy = policy
         # the annealed scalars are 0-d tensors set in place: a compiled loss (compile=true) reads
         # them as inputs, where a Python float would be a constant recompiled at each new value
-        self.register_buffer("_clip_epsilon", torch.tensor(float(clip_epsilon)), persistent=False)
-        self.register_buffer("_entropy_coef", torch.tensor(float(entropy_coef)), persistent=False)
+        # (on the policy's device: the loss is built after the policy moved there)
+        dev = next(policy.parameters(), torch.empty(0)).device
+        scalar = lambda v: torch.tensor(float(v), device=dev)  # noqa: E731
+        self.register_buffer("_clip_epsilon", scalar(clip_epsilon), persistent=False)
+        self.register_buffer("_entropy_coef", scalar(entropy_coef), persistent=False)
         self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
         self.value_coef, self.reduction = value_coef, reduction
