@@ -410,7 +410,9 @@ def main():
         "; lr and clip annealed linearly to 0; rltool policy:",
         " ".join(CASES[a.case]["policy"]),
         f"; normalised observations / rewards: {cfg.env.normalize_obs} / "
-        f"{cfg.env.normalize_reward} (SB3: VecNormalize when either is on)",
+        f"{cfg.env.normalize_reward} ("
+        + ("TorchRL: rltool's, in numpy" if a.peer == "torchrl" else "SB3: VecNormalize")
+        + " when either is on)",
     )
     rows = [summarize("rltool", ours, threshold)]
     if theirs:
