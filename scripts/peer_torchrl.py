@@ -213,8 +213,9 @@ def make_train_env(s: Settings, lstms):
 
 @dataclasses.dataclass
 class Evaluator:
-    """rltool.evaluation's protocol: env i of ``episodes`` envs plays (k + i) // n episodes, the
-    first from reset(seed + i); greedy actions; the training statistics, frozen."""
+    """rltool.evaluation's protocol: env i of the n = ``eval_episodes`` envs plays
+    (episodes + i) // n episodes, the first from reset(seed + i); greedy actions (the mode); the
+    training statistics, frozen; raw rewards."""
 
     s: Settings
     actor: object
@@ -254,6 +255,7 @@ class Evaluator:
 def train(s: Settings) -> dict:
     """Trains, evaluating every ``eval_every`` frames; returns the result bench_ppo.py reads."""
     import torch
+    from tensordict.nn import TensorDictSequential
     from torchrl.collectors import Collector
     from torchrl.modules import set_recurrent_mode
     from torchrl.objectives import ClipPPOLoss
@@ -267,8 +269,6 @@ def train(s: Settings) -> dict:
     actor, critic, lstms = build(s, obs_dim, n_actions)
     env, vec = make_train_env(s, lstms)
     env.set_seed(s.seed)
-    from tensordict.nn import TensorDictSequential
-
     # the critic runs while collecting too (as rltool's policy does), so its LSTM's states are
     # in the batch for the loss's recurrent pass
     collector = Collector(
@@ -291,12 +291,13 @@ def train(s: Settings) -> dict:
     params = list(loss_fn.parameters())
     optim = torch.optim.Adam(params, lr=s.lr, eps=s.adam_eps)
     evaluate = Evaluator(s, actor, vec.obs_rms)
-    frames, train_s, next_eval, evals = 0, 0.0, s.eval_every, []
+    frames, collect_s, update_s, next_eval, evals = 0, 0.0, 0.0, s.eval_every, []
     batches = iter(collector)
     while frames < s.frames:
         t0 = time.perf_counter()
         # [env, time]; the values GAE recomputes go: its root / next stack needs the same keys
         data = next(batches).exclude("state_value")
+        t1 = time.perf_counter()
         frames += data.numel()
         progress = min(1.0, frames / s.frames)  # rltool's schedule: after this batch's frames
         for group in optim.param_groups:
@@ -314,13 +315,14 @@ def train(s: Settings) -> dict:
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
                     optim.step()
-        train_s += time.perf_counter() - t0
+        collect_s, update_s = collect_s + t1 - t0, update_s + time.perf_counter() - t1
         final = frames >= s.frames
         if frames >= next_eval or final:
             evals.append((frames, evaluate(s.final_episodes if final else s.eval_episodes)))
             next_eval += s.eval_every
     collector.shutdown()
-    return {"frames": frames, "train_s": train_s, "evals": evals}
+    train_s = collect_s + update_s
+    return {"frames": frames, "train_s": train_s, "collect_s": collect_s, "evals": evals}
 
 
 def main():
@@ -331,9 +333,10 @@ def main():
     result = train(Settings(**json.loads(a.settings)))
     with open(a.out, "w") as f:
         json.dump(result, f)
+    share = result["collect_s"] / result["train_s"]
     print(
-        f"torchrl: {result['frames'] / result['train_s']:,.0f} frames/s, final eval "
-        f"{result['evals'][-1][1]:.1f}",
+        f"torchrl: {result['frames'] / result['train_s']:,.0f} frames/s ({share:.0%} of it "
+        f"collecting), final eval {result['evals'][-1][1]:.1f}",
         flush=True,
     )
 
