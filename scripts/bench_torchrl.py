@@ -46,6 +46,7 @@ def torchrl_settings(cfg, seed: int, frames: int, eval_every: int) -> dict:
         "vf": c.value_coef,
         "max_grad_norm": o.max_grad_norm,
         "normalize_advantage": c.normalize_advantage,
+        "refresh_states": c.refresh_states,
         "hidden_size": p.hidden_size,
         "num_layers": p.num_layers,
         "encoder_sizes": list(p.encoder_sizes),

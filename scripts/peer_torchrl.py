@@ -56,6 +56,7 @@ class Settings:
     vf: float
     max_grad_norm: float
     normalize_advantage: bool
+    refresh_states: bool
     hidden_size: int
     num_layers: int
     encoder_sizes: list[int]
@@ -73,6 +74,8 @@ class Settings:
     def __post_init__(self):
         if self.shared_torso:
             raise ValueError("the TorchRL peer builds separate actor and critic torsos only")
+        if self.refresh_states:
+            raise ValueError("TorchRL's PPO keeps the collected states: no loss.refresh_states")
         if self.activation not in ("relu", "tanh"):
             raise ValueError(f"activation {self.activation!r}: relu or tanh")
         if self.num_envs % self.num_minibatches:

@@ -48,6 +48,7 @@ def test_the_settings_are_the_lstm_case(settings):
     assert (settings["clip"], settings["ent"], settings["vf"]) == (z["clip"], z["ent"], z["vf"])
     assert settings["max_grad_norm"] == z["max_grad_norm"]
     assert settings["anneal_lr"] and settings["anneal_clip"] and settings["normalize_advantage"]
+    assert not settings["refresh_states"]
     widths = {
         k: settings[k] for k in ("hidden_size", "num_layers", "encoder_sizes", "hidden_sizes")
     }
