@@ -86,8 +86,16 @@ def start(cmd: list[str]) -> subprocess.Popen:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
     env.pop("HYDRA_FULL_ERROR", None)
+    # a session of its own, as torch's launcher gives each rank: with the kernel's autogroup on,
+    # each session is one scheduling group, so on a busy machine every process of every run gets
+    # one group's share (two plain runs in the bench's session would split one share)
     return subprocess.Popen(
-        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        cmd,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
 
 
