@@ -86,4 +86,6 @@ def compile_run(run, backend="inductor") -> None:
     loss = getattr(run.algo, "loss", None)
     # around an eager memory the loss's graphs are slower than eager (0.7x, measured)
     if isinstance(loss, torch.nn.Module) and not run.policy.state_specs:
+        if hasattr(loss, "scalars_as_tensors"):  # PPO's annealed clip and entropy weight
+            loss.scalars_as_tensors()
         loss.forward = Compiled(loss.forward, "the loss", group, cuda, backend)

@@ -15,6 +15,7 @@ from rltool import keys as K
 from rltool.api import fit, resume
 from rltool.compile import Compiled, compile_run
 from rltool.data import minibatches
+from rltool.errors import ConfigError
 from rltool.losses import add_gae
 from rltool.modules.heads import CategoricalHead
 from rltool.train import build
@@ -158,3 +159,8 @@ def test_compiled_actions_are_drawn_from_the_policy_distribution():
     assert not draw.failed
     freq, p = counts / counts.sum(), logits[0].softmax(-1)
     torch.testing.assert_close(freq, p, rtol=0, atol=4 * (0.25 / 16_000) ** 0.5)
+
+
+def test_a_memory_policy_is_refused_before_anything_runs():
+    with pytest.raises(ConfigError, match="compile=True is invalid: compiles policies without"):
+        make_cfg(*TINY_LSTM, "compile=true")

@@ -34,32 +34,31 @@ class PPOLoss(nn.Module):
     ):
         super().__init__()
         self.policy = policy
-        # the annealed scalars are 0-d tensors set in place: a compiled loss (compile=true) reads
-        # them as inputs, where a Python float would be a constant recompiled at each new value
-        # (on the policy's device: the loss is built after the policy moved there)
-        dev = next(policy.parameters(), torch.empty(0)).device
-        scalar = lambda v: torch.tensor(float(v), device=dev)  # noqa: E731
-        self.register_buffer("_clip_epsilon", scalar(clip_epsilon), persistent=False)
-        self.register_buffer("_entropy_coef", scalar(entropy_coef), persistent=False)
+        self.scalars = {"clip_epsilon": float(clip_epsilon), "entropy_coef": float(entropy_coef)}
         self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
         self.value_coef, self.reduction = value_coef, reduction
 
-    @property
-    def clip_epsilon(self) -> torch.Tensor:
-        return self._clip_epsilon
+    def scalars_as_tensors(self) -> None:
+        """compile=true: the annealed scalars become 0-d tensors on the policy's device, set in
+        place, which a compiled forward reads as inputs (a float is a constant, recompiled at
+        each new value). Eager keeps floats: a float32 tensor rounds the clip bounds 1 ulp
+        differently, and an eager run must give the numbers it gave before."""
+        dev = next(self.policy.parameters(), torch.empty(0)).device
+        self.scalars = {k: torch.tensor(v, device=dev) for k, v in self.scalars.items()}
 
-    @clip_epsilon.setter
-    def clip_epsilon(self, value: float) -> None:
-        self._clip_epsilon.fill_(value)
+    def _set(self, name: str, value: float) -> None:
+        if isinstance(self.scalars[name], torch.Tensor):
+            self.scalars[name].fill_(value)
+        else:
+            self.scalars[name] = float(value)
 
-    @property
-    def entropy_coef(self) -> torch.Tensor:
-        return self._entropy_coef
-
-    @entropy_coef.setter
-    def entropy_coef(self, value: float) -> None:
-        self._entropy_coef.fill_(value)
+    clip_epsilon = property(
+        lambda self: self.scalars["clip_epsilon"], lambda self, v: self._set("clip_epsilon", v)
+    )
+    entropy_coef = property(
+        lambda self: self.scalars["entropy_coef"], lambda self, v: self._set("entropy_coef", v)
+    )
 
     def evaluate(self, td: TensorDictBase) -> dict[str, torch.Tensor]:
         """The current policy on the stored actions (temporal mode unless forced sequential)."""
