@@ -49,6 +49,32 @@ def run_cli(
     )
 
 
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """:func:`run_cli` in this process (no interpreter, torch or Hydra start-up: a second, not
+    five): ``rltool.cli.main`` on the same arguments, in ``cwd`` with ``env`` set, its exit code
+    and captured output as a CompletedProcess. For tests of what a command prints and returns;
+    exit codes of a real process (signals, tracebacks at exit) keep :func:`run_cli`."""
+
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None, **_):
+        from rltool import _faults
+        from rltool.cli import main
+
+        capsys.readouterr()  # only this command's output
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            m.delenv("HYDRA_FULL_ERROR", raising=False)
+            m.setattr(_faults, "_writes", 0)  # the fault counters of a fresh process
+            m.setattr(_faults, "_file_writes", 0)
+            code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["rltool", *args], code, out, err)
+
+    return run
+
+
 def start_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
     """``python -m rltool <args>`` started, not awaited (to signal it): a Popen with stdout and
     stderr piped as text."""

@@ -205,6 +205,7 @@ def test_two_ranks_write_one_run_folder(straight):
     assert len(body["ranks"]) == 2 and "episodes" not in body["state"]
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_killed_and_resumed_two_rank_run_matches_the_straight_run(straight, tmp_path):
     kill = {"RLTOOL_CHECKPOINT_KILL": "before_pointer@3"}  # rank 0 dies writing at 768 frames
     r = run_cli(
@@ -269,6 +270,7 @@ def test_cfg_job_shows_a_distributed_config_without_starting_ranks(tmp_path):
     assert "nproc_per_node: 2" in r.stdout and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_sigterm_to_the_launcher_checkpoints_and_exits_75(tmp_path):
     from conftest import start_cli
 
