@@ -254,8 +254,8 @@ def test_a_killed_rank_stops_the_others_with_one_line(tmp_path):
     assert "resume=" in last
 
 
-def test_bad_input_is_refused_before_any_rank_starts(tmp_path):
-    r = run_cli("train", "loss=dqn", "distributed.nproc_per_node=2", cwd=tmp_path)
+def test_bad_input_is_refused_before_any_rank_starts(tmp_path, cli):
+    r = cli("train", "loss=dqn", "distributed.nproc_per_node=2", cwd=tmp_path)
     assert r.returncode == 2
     assert (
         r.stderr.strip().splitlines() == [r.stderr.strip().splitlines()[-1]]
@@ -264,8 +264,8 @@ def test_bad_input_is_refused_before_any_rank_starts(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cfg_job_shows_a_distributed_config_without_starting_ranks(tmp_path):
-    r = run_cli("train", "distributed.nproc_per_node=2", "--cfg", "job", cwd=tmp_path)
+def test_cfg_job_shows_a_distributed_config_without_starting_ranks(tmp_path, cli):
+    r = cli("train", "distributed.nproc_per_node=2", "--cfg", "job", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "nproc_per_node: 2" in r.stdout and list(tmp_path.iterdir()) == []
 
