@@ -135,7 +135,7 @@ def test_a_read_only_run_folder_is_exit_5_for_resume_and_eval(tmp_path, monkeypa
             p.chmod(p.stat().st_mode | stat.S_IWUSR)
 
 
-def test_eval_refuses_a_checkpoint_of_another_run(tmp_path):
+def test_eval_refuses_a_checkpoint_of_another_run(tmp_path, cli):
     for name, env in (("cart", "env=cartpole"), ("pend", "env=pendulum")):
         args = [env, "total_frames=256", *TINY[3:], f"hydra.run.dir={tmp_path / name}"]
         assert main(["train", *args]) == 0
@@ -143,7 +143,7 @@ def test_eval_refuses_a_checkpoint_of_another_run(tmp_path):
     (pend_ckpt,) = (tmp_path / "pend" / "checkpoints").glob("ckpt-*.pt")
     (cart_ckpt,) = cart.glob("ckpt-*.pt")
     shutil.copy(pend_ckpt, cart_ckpt)  # another run's file under this run's name
-    r = run_cli("eval", f"run={tmp_path / 'cart'}", "episodes=1", cwd=tmp_path)
+    r = cli("eval", f"run={tmp_path / 'cart'}", "episodes=1", cwd=tmp_path)
     assert r.returncode == EXIT_USAGE, r.stderr
     assert "was written with env.id='Pendulum-v1' but the run's config says 'CartPole-v1'" in (
         r.stderr
