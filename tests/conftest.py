@@ -16,6 +16,11 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 register_configs()  # the schemas make_cfg composes from (rltool train registers them itself)
 
 
+# every tiny run's evaluation and output: two episodes at each evaluation and at the end, no
+# progress bar (a test's own budget, total_frames and batch size, comes beside it)
+TINY_EVAL = ["eval.episodes=2", "eval.final_episodes=2", "logger.progress=none"]
+
+
 def make_cfg(*overrides: str):
     """The typed config ``rltool train <overrides>`` runs (the public :func:`rltool.compose`)."""
     return rltool.compose(*overrides)

@@ -7,14 +7,14 @@ import json
 import re
 
 import pytest
-from conftest import ROOT, metric_rows
+from conftest import ROOT, TINY_EVAL, metric_rows
 
 import rltool
 from rltool import layout
 from rltool.errors import UserError
 
 TINY = ("env=cartpole_pomdp", "policy=gru", "total_frames=2048", "eval.every_frames=1024")
-TINY += ("eval.episodes=2", "eval.final_episodes=2", "logger.progress=none")
+TINY += tuple(TINY_EVAL)
 
 
 def test_the_public_names_are_exported():

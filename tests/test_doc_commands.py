@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import CLI_PYTHONPATH, ROOT
+from conftest import CLI_PYTHONPATH, ROOT, TINY_EVAL
 
 PAGES = sorted([*(ROOT / "docs" / "getting-started").glob("*.md")])
 PAGES += sorted((ROOT / "docs" / "how-to").glob("*.md"))
@@ -47,9 +47,6 @@ def commands(body: str) -> list[str]:
     return out
 
 
-TRAIN_TINY = ["eval.episodes=2", "eval.final_episodes=2", "logger.progress=none"]
-
-
 def tiny(argv: list[str]) -> list[str]:
     """``rltool ...`` arguments with the budgets the module docstring states."""
     if argv[:2] == ["rltool", "tune"]:
@@ -60,7 +57,7 @@ def tiny(argv: list[str]) -> list[str]:
     argv = [a for a in argv if not a.startswith("total_frames=")]
     if any(a.startswith("resume=") for a in argv):
         return [*argv, "total_frames=4096"]
-    return [*argv, f"total_frames={4096 if budget else 2048}", *TRAIN_TINY]
+    return [*argv, f"total_frames={4096 if budget else 2048}", *TINY_EVAL]
 
 
 def run(command: str, cwd: Path, cli) -> subprocess.CompletedProcess:

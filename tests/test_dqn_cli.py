@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import metric_rows
+from conftest import TINY_EVAL, metric_rows
 from tensordict import TensorDict
 
 import rltool as rltool_lib
@@ -57,9 +57,7 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path, cli):
         "buffer.prioritized=true",
         "buffer.storage=memmap",
         "total_frames=768",
-        "eval.episodes=2",
-        "eval.final_episodes=2",
-        "logger.progress=none",
+        *TINY_EVAL,
         f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
     )

@@ -7,11 +7,12 @@ import json
 import shlex
 
 import pytest
+from conftest import TINY_EVAL
 
 from rltool.cli.args import _grammar
 from rltool.cli.resume_argv import hydra_arg, path_value
 
-TINY = ["env=cartpole", "eval.episodes=2", "eval.final_episodes=2", "logger.progress=none"]
+TINY = ["env=cartpole", *TINY_EVAL]
 
 
 @pytest.mark.parametrize(
