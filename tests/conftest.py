@@ -1,4 +1,5 @@
 import csv
+import fcntl
 import os
 import subprocess
 import sys
@@ -19,6 +20,36 @@ register_configs()  # the schemas make_cfg composes from (rltool train registers
 # every tiny run's evaluation and output: two episodes at each evaluation and at the end, no
 # progress bar (a test's own budget, total_frames and batch size, comes beside it)
 TINY_EVAL = ["eval.episodes=2", "eval.final_episodes=2", "logger.progress=none"]
+
+
+# the smallest finished run: one PPO batch on CartPole, one evaluation, one checkpoint
+TINY_RUN = (
+    "env=cartpole",
+    "total_frames=256",
+    "collector.frames_per_batch=256",
+    "eval.every_frames=256",
+    "eval.episodes=1",
+    "eval.final_episodes=1",
+    "logger.progress=none",
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A finished :data:`TINY_RUN` folder, trained once per test session and shared by the
+    xdist workers (a lock in their common temp folder): for tests that only read a run (copy it
+    to change it)."""
+    from rltool.cli import main
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's base folder lies in the session's
+    run = root / "tiny_run"
+    with (root / "tiny_run.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker trains, the others wait for it
+        if not (run / "summary.json").is_file():
+            assert main(["train", *TINY_RUN, f"hydra.run.dir={run}"]) == 0
+    return run
 
 
 def make_cfg(*overrides: str):
