@@ -368,6 +368,9 @@ class DistributedConfig:
     # the preemption threshold of Wijmans et al.: once this fraction of the ranks has collected
     # its rollout, the others cut theirs short (after a quarter of it); null: off
     sync_fraction: float | None = None
+    # gradients all-reduced in buckets of this size (MB) as backward produces them, overlapping
+    # the exchange with the rest of backward (as torch's DDP); null: one buffer after backward
+    bucket_mb: float | None = None
 
     def __post_init__(self):
         check(self.nproc_per_node >= 1, "distributed.nproc_per_node", self.nproc_per_node, ">= 1")
@@ -379,6 +382,13 @@ class DistributedConfig:
                 "distributed.sync_fraction",
                 self.sync_fraction,
                 "must be in (0, 1] or null (off)",
+            )
+        if self.bucket_mb is not None:
+            check(
+                self.bucket_mb > 0,
+                "distributed.bucket_mb",
+                self.bucket_mb,
+                "must be > 0 or null (off)",
             )
 
 

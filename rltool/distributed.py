@@ -7,7 +7,8 @@ process group (``torchrun``, Slurm, or ``rltool train distributed.nproc_per_node
 torch's elastic launcher itself: :mod:`rltool.cli.launch`):
 
 - gradients: one flat buffer per optimizer step, each rank's gradients weighted by its samples
-  (:meth:`Ranks.grad_hook`, called between backward and clipping);
+  (:meth:`Ranks.grad_hook`, called between backward and clipping), or with
+  ``distributed.bucket_mb`` buckets started while backward runs (:class:`Buckets`);
 - frames: ``total_frames`` and the schedules count every rank's frames (:meth:`Ranks.frames`);
 - normalisation statistics: merged at every update with Chan's parallel update; each rank adds
   what it saw since the last merge (:meth:`Ranks.merge_stats`);
@@ -138,9 +139,17 @@ def _set_moments(s, row: np.ndarray) -> None:
 class Ranks(Solo):
     """This process's rank in the default process group (see :func:`join`)."""
 
-    def __init__(self, group, device: torch.device, sync_fraction: float | None = None, split=1):
+    def __init__(
+        self,
+        group,
+        device: torch.device,
+        sync_fraction: float | None = None,
+        split=1,
+        bucket_mb: float | None = None,
+    ):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.sync, self.split = sync_fraction, split  # split: minibatches a rollout makes
+        self.bucket_mb, self.buckets = bucket_mb, None  # Buckets once attached (overlap on)
         self.writer = self.rank == 0
         self.cpu = group  # gloo: counters, statistics, objects (NCCL only moves CUDA tensors)
         self.device = device  # where the gradients are reduced
@@ -184,10 +193,24 @@ class Ranks(Solo):
     def grad_hook(self, params) -> None:
         if self.world == 1:
             return
+        if self.buckets is not None:  # started during backward: wait for them
+            self.buckets.finish()
+            return
+        flat, grads = self.weighted(params)
+        self._call(dist.all_reduce, flat)  # one flat buffer: sum of n_r * g_r, and sum of n_r
+        self.unpack(params, grads, flat)
+
+    def weighted(self, params) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """``params``' gradients (zeros where none) times this rank's samples n_r, flat, then
+        n_r: the buffer to sum over ranks; and the gradients (their shapes and dtypes)."""
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         flat = torch.cat([g.reshape(-1) for g in grads]).to(self.device, torch.float32)
-        flat = torch.cat([flat * self.samples, flat.new_tensor([self.samples])])
-        self._call(dist.all_reduce, flat)  # one flat buffer: sum of n_r * g_r, and sum of n_r
+        return torch.cat([flat * self.samples, flat.new_tensor([self.samples])]), grads
+
+    @staticmethod
+    def unpack(params, grads, flat: torch.Tensor) -> None:
+        """Sets each gradient to its slice of the summed buffer over the summed samples: the
+        mean of the ranks' gradients weighted by their samples."""
         flat = flat[:-1] / flat[-1]
         offset = 0
         for p, g in zip(params, grads, strict=True):
@@ -246,6 +269,8 @@ class Ranks(Solo):
         if self.world > 1:  # built from the same seed already; rank 0's copy is the reference
             for t in [*run.policy.parameters(), *run.policy.buffers()]:
                 self._call(dist.broadcast, t.data, src=0)
+        if self.world > 1 and self.bucket_mb is not None and self.buckets is None:
+            self.buckets = Buckets(list(run.policy.parameters()), self.bucket_mb, self)
         stats = running_stats(run.env)
         if run.cfg.resume is None:  # each rank's envs were reset: merge from the statistics' start
             self._base = [_moments(type(s)(np.shape(s.mean))) for s in stats]
@@ -301,4 +326,52 @@ def join(cfg) -> Ranks:
     group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     spec = algos.get(cfg.loss.name)
     split = spec.rollout_multiple(cfg) if spec.rollout_multiple else 1
-    return Ranks(group, device, cfg.distributed.sync_fraction, split)
+    return Ranks(group, device, cfg.distributed.sync_fraction, split, cfg.distributed.bucket_mb)
+
+
+class Buckets:
+    """Gradients all-reduced in buckets while backward runs (as torch's DDP): the parameters in
+    reverse order (about the order backward finishes them) cut into buckets of ``size_mb``. A
+    bucket's all-reduce starts (async) once all its gradients are in and every bucket before it
+    has started, so every rank issues the same collectives in the same order; a parameter that
+    got no gradient holds its bucket back to :meth:`finish` (zeros, as the one-buffer path).
+    Each bucket carries n_r, so its sum is computed exactly as the one-buffer path's."""
+
+    def __init__(self, params: list[torch.nn.Parameter], size_mb: float, comm: Ranks):
+        self.comm, self.buckets = comm, [[]]
+        room, left = size_mb * 2**20 / 4, size_mb * 2**20 / 4  # float32 elements
+        for p in reversed(params):
+            if self.buckets[-1] and p.numel() > left:
+                self.buckets.append([])
+                left = room
+            self.buckets[-1].append(p)
+            left -= p.numel()
+        self.index = {id(p): i for i, b in enumerate(self.buckets) for p in b}
+        for p in params:
+            p.register_post_accumulate_grad_hook(self._ready)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.missing = [len(b) for b in self.buckets]  # gradients each bucket still waits for
+        self.started: list[tuple] = []  # (work, flat buffer, gradients), in bucket order
+
+    def _ready(self, p: torch.nn.Parameter) -> None:
+        """Called by autograd once ``p.grad`` holds this backward's gradient."""
+        self.missing[self.index[id(p)]] -= 1
+        self._start()
+
+    def _start(self) -> None:
+        while len(self.started) < len(self.buckets) and self.missing[len(self.started)] <= 0:
+            params = self.buckets[len(self.started)]
+            flat, grads = self.comm.weighted(params)
+            work = self.comm._call(dist.all_reduce, flat, async_op=True)
+            self.started.append((work, flat, grads))
+
+    def finish(self) -> None:
+        """After backward: starts what is left, waits for every bucket, sets the gradients."""
+        self.missing = [0] * len(self.buckets)
+        self._start()
+        for params, (work, flat, grads) in zip(self.buckets, self.started, strict=True):
+            self.comm._call(work.wait)
+            self.comm.unpack(params, grads, flat)
+        self._reset()

@@ -136,9 +136,10 @@ class NoKeys:
 
 @dataclass
 class GRUConfig:
-    # on CPU when training: torch's GRU (default) or rltool's (modules/gru_kernel.py, ~2x the
-    # fwd+bwd; the same maths, different last-bit rounding, so a seed's run differs)
-    kernel: str = "torch"  # torch | rltool
+    # on CPU when training: rltool's (modules/gru_kernel.py: the actor's and critic's GRU in
+    # one loop, ~3x torch's there) or torch's GRU (the figures before 2026-12-06); the same
+    # maths, different last-bit rounding, so a seed's run differs. Acting, CUDA: torch's
+    kernel: str = "rltool"  # rltool | torch
 
     def __post_init__(self):
         _check(self.kernel in ("torch", "rltool"), "kernel", self.kernel, "choose torch or rltool")

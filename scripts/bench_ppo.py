@@ -12,6 +12,7 @@ Training frames/s excludes evaluation time. frames-to-threshold is the first eva
     python scripts/bench_ppo.py --case mlp --seeds 5
     python scripts/bench_ppo.py --case lstm --seeds 3 --frames 100000
     python scripts/bench_ppo.py --case lstm --seeds 3 --side-by-side   # both at once, 2 cores
+    python scripts/bench_ppo.py --case lstm --seeds 3 --peer torchrl   # TorchRL's own (its venv)
     python scripts/bench_ppo.py --case minigrid --seeds 3 --frames 8192 --fused   # + fused Adam
     python scripts/bench_ppo.py --case minigrid --seeds 3 --frames 8192 --floor   # + kernel floor
 """
@@ -28,6 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import bench_torchrl
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
@@ -328,12 +330,17 @@ def all_side_by_side(a):
 
 
 def all_in_turn(a):
-    """Every seed, rltool then SB3 (unless --no-sb3 or not installed): (ours, theirs, cfg)."""
-    ours, theirs, cfg, with_sb3 = [], [], None, not a.no_sb3
+    """Every seed, rltool then the peer (SB3 unless --no-sb3 or not installed; TorchRL with
+    --peer torchrl): (ours, theirs, cfg)."""
+    ours, theirs, cfg, with_sb3 = [], [], None, not a.no_sb3 and a.peer == "sb3"
+    python = bench_torchrl.ensure_venv(Path(a.torchrl_venv)) if a.peer == "torchrl" else None
     for seed in range(a.seeds):
         fps, evals, cfg = run_rltool(a.case, seed, a.frames, a.eval_every)
         ours.append((fps, evals))
         print(f"rltool seed {seed}: {fps:,.0f} frames/s, final eval {evals[-1][1]:.1f}", flush=True)
+        if python is not None:
+            settings = bench_torchrl.torchrl_settings(cfg, seed, a.frames, a.eval_every)
+            theirs.append(bench_torchrl.run_torchrl(python, settings))
         if not with_sb3:
             continue
         try:
@@ -354,6 +361,14 @@ def main():
     p.add_argument("--frames", type=int, default=100_000)
     p.add_argument("--eval-every", type=int, default=5_000)
     p.add_argument("--no-sb3", action="store_true", help="skip the stable-baselines3 reference")
+    p.add_argument(
+        "--peer",
+        choices=["sb3", "torchrl"],
+        default="sb3",
+        help="the reference: stable-baselines3, or (lstm case) TorchRL's own recurrent PPO,\n"
+        "run per seed after rltool's in the venv --torchrl-venv (made when missing)",
+    )
+    p.add_argument("--torchrl-venv", default=".venv-torchrl", help="the TorchRL peer's venv")
     p.add_argument(
         "--side-by-side",
         action="store_true",
@@ -378,6 +393,8 @@ def main():
         import bench_images
 
         return bench_images.main(a)
+    if a.peer == "torchrl" and (a.case != "lstm" or a.side_by_side):
+        p.error("--peer torchrl: the lstm case, in turn (not --side-by-side)")
     torch.set_num_threads(1)
     threshold = CASES[a.case]["threshold"]
     if a.side_by_side:
@@ -393,15 +410,14 @@ def main():
         "; lr and clip annealed linearly to 0; rltool policy:",
         " ".join(CASES[a.case]["policy"]),
         f"; normalised observations / rewards: {cfg.env.normalize_obs} / "
-        f"{cfg.env.normalize_reward} (SB3: VecNormalize when either is on)",
+        f"{cfg.env.normalize_reward} ("
+        + ("TorchRL: rltool's, in numpy" if a.peer == "torchrl" else "SB3: VecNormalize")
+        + " when either is on)",
     )
     rows = [summarize("rltool", ours, threshold)]
     if theirs:
-        rows.append(
-            summarize(
-                "sb3-contrib RecurrentPPO" if a.case == "lstm" else "sb3 PPO", theirs, threshold
-            )
-        )
+        name = "sb3-contrib RecurrentPPO" if a.case == "lstm" else "sb3 PPO"
+        rows.append(summarize("TorchRL 0.14.1" if a.peer == "torchrl" else name, theirs, threshold))
     print(
         f"\ncase {a.case}: {cfg.env.id}{' (velocities hidden)' if cfg.env.obs_keep else ''}, "
         f"{a.frames:,} frames, {a.seeds} seeds, 1 thread, median over seeds"

@@ -20,8 +20,10 @@ temporal mode beside the LSTM's and ``nn.LSTM``, T = 128 / 512 / 2048, B = 16, h
 2% / 10% resets, and prints their stored state bytes per step.
 ``--cell gru`` times GRUModule the same way (GRUCell loop, nn.GRU). torch has no oneDNN GRU kernel
 on the CPU: its GRU runs the cell's ops step by step, so fwd+bwd costs ~3-4x the LSTM's. The first
-row is the loss path on rltool's own kernel (``policy.memory.kernel=rltool``, checked the same way),
-and a second table times that kernel against ``torch.gru`` on whole sequences of three shapes.
+row is the loss path on rltool's own kernel (``policy.memory.kernel=rltool``, the default, checked
+the same way), the "temporal" row torch's; a second table times a policy's two memories (actor and
+critic) on whole sequences: two LSTMs, two GRUs joined in one loop of rltool's kernel, apart, and
+two ``torch.gru`` calls.
 "forward" runs under no_grad; "fwd+bwd" is a forward with grad and the backward of a sum.
 Reported: median ms per call, and the ratio to the lower bound of the same column.
 """
@@ -37,7 +39,7 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence
 
 from rltool.modules.ffm import FFMModule
-from rltool.modules.gru_kernel import gru_sequence
+from rltool.modules.gru_kernel import gru_sequences
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.recurrent import GRUModule, LSTMModule, _Lanes, recurrent_mode
 from rltool.modules.trxl import TrXLModule
@@ -131,26 +133,35 @@ def with_setting(module, name: str, value, x, states, is_init):
 
 
 def gru_kernels(reps: int) -> None:
-    """rltool's GRU kernel against torch.gru on whole sequences (no resets), forward + backward."""
+    """A policy's actor and critic memories over one sequence (no resets), forward + backward:
+    two LSTMs (oneDNN), two GRUs joined in one loop of rltool's kernel (the default), the same
+    two apart, and two torch.gru calls; ms and the ratio to the two LSTMs."""
     print(
-        "\n| [T, N], hidden 64, fwd+bwd | rltool kernel | torch.gru | speed-up |\n|---|---|---|---|"
+        "\n| [T, N], hidden 64, 2 memories, fwd+bwd | 2 LSTMs (oneDNN) | 2 GRUs joined (rltool) "
+        "| 2 GRUs apart (rltool) | 2 x torch.gru |\n|---|---|---|---|---|"
     )
-    for steps, n in [(32, 8), (128, 16), (256, 8)]:
+    for steps, n in [(128, 2), (32, 8), (128, 16)]:
         torch.manual_seed(0)
-        layer = nn.GRU(H, H)
-        w = (layer.weight_ih_l0, layer.weight_hh_l0, layer.bias_ih_l0, layer.bias_hh_l0)
+        grus, lstms = [nn.GRU(H, H) for _ in range(2)], [nn.LSTM(H, H) for _ in range(2)]
+        gw = [(g.weight_ih_l0, g.weight_hh_l0, g.bias_ih_l0, g.bias_hh_l0) for g in grus]
+        lw = [(m.weight_ih_l0, m.weight_hh_l0, m.bias_ih_l0, m.bias_hh_l0) for m in lstms]
         x, h0 = torch.randn(steps, n, H, requires_grad=True), torch.zeros(1, n, H)
-        fns = {
-            "rltool": lambda x=x, h0=h0, w=w: gru_sequence(x, h0, *w)[0],
-            "torch": lambda x=x, h0=h0, w=w: torch.gru(x, h0, w, True, 1, 0.0, True, False, False)[
-                0
-            ],
-        }
+        fns = _pair_fns(x, h0, gw, lw)
         ms = timeit(fns, True, reps)
-        print(
-            f"| [{steps}, {n}] | {ms['rltool']:.2f} ms | {ms['torch']:.2f} ms | "
-            f"{ms['torch'] / ms['rltool']:.1f}x |"
+        cells = " | ".join(
+            f"{ms[k]:.2f} ms ({ms[k] / ms['lstm']:.1f}x)" for k in ("joined", "apart", "torch")
         )
+        print(f"| [{steps}, {n}] | {ms['lstm']:.2f} ms | {cells} |")
+
+
+def _pair_fns(x, h0, gw, lw) -> dict:
+    flags = (True, 1, 0.0, True, False, False)
+    return {
+        "lstm": lambda: sum(torch.lstm(x, (h0, h0), w, *flags)[0] for w in lw),
+        "joined": lambda: sum(y for y, _ in gru_sequences([x, x], [h0, h0], gw)),
+        "apart": lambda: sum(gru_sequences([x], [h0], [w])[0][0] for w in gw),
+        "torch": lambda: sum(torch.gru(x, h0, w, *flags)[0] for w in gw),
+    }
 
 
 def packed(lstm: nn.LSTM, x, states, is_init):
@@ -252,7 +263,7 @@ def main():
             check(module, x, states, is_init)
             module.kernel = "torch"
             fns = {
-                "temporal, gru_kernel=rltool": with_setting(
+                "temporal, kernel=rltool": with_setting(
                     module, "kernel", "rltool", x, states, is_init
                 ),
                 **fns,

@@ -126,6 +126,7 @@ def test_defaults_are_rl_zoo_cartpole_ppo():
         ("policy=lstm loss.sampler=steps", "cannot carry a recurrent state"),
         ("loss.num_minibatches=3", "divide the 256 frames"),
         ("loss.sampler=sequences loss.num_minibatches=5", "divide the 8 env columns"),
+        ("loss.refresh_states=true", "policy.kind=mlp has none"),
     ],
 )
 def test_bad_values_are_config_errors(override, match):
@@ -140,7 +141,13 @@ def test_conf_dir_is_the_top_level_conf_in_a_checkout():
 
 
 @pytest.mark.parametrize(
-    "override", ["loss.reduction=none", "policy=lstm loss.num_minibatches=3"], ids=str
+    "override",
+    [
+        "loss.reduction=none",
+        "policy=lstm loss.num_minibatches=3",
+        "loss=dqn policy=lstm loss.refresh_states=true",  # a PPO key: DQN has no such option
+    ],
+    ids=str,
 )
 def test_refusals_come_before_anything_runs(tmp_path, cli, override):
     """Once an internal error in backward() / a refusal inside the first update: now one line,

@@ -63,14 +63,18 @@ def test_merged_statistics_equal_one_process_that_saw_everything():
     assert base.count == pytest.approx(seen.count)
 
 
-def _step_worker(rank: int, port: int, out: str) -> None:
+def _step_worker(rank: int, port: int, out: str, *extra: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1")
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    cfg = make_cfg(*SMALL)
+    cfg = make_cfg(*SMALL, *extra)
     comm = distributed.join(cfg)
     run = train.build(cfg, None, comm)
     comm.attach(run)
+    early = []  # buckets started during backward, at each step (distributed.bucket_mb)
+    if comm.buckets is not None:
+        finish = comm.buckets.finish
+        comm.buckets.finish = lambda: (early.append(len(comm.buckets.started)), finish())[1]
     batch = run.collector.collect()
     comm.frames(batch.numel())
     from rltool.losses import add_gae
@@ -93,6 +97,8 @@ def _step_worker(rank: int, port: int, out: str) -> None:
         "flat": flat,
         "stats": stats,
         "obs": batch["observation"],
+        "early": early,
+        "buckets": len(comm.buckets.buckets) if comm.buckets else 0,
     }
     torch.save(mine, f"{out}/rank{rank}.pt")
     comm.close()
@@ -150,6 +156,25 @@ def test_two_rank_step_equals_one_step_on_both_minibatches(two_ranks):
         torch.testing.assert_close(p1, p.detach(), atol=1e-6, rtol=0)
         moved |= not torch.equal(p.detach(), b.detach())
     assert moved
+
+
+@pytest.fixture(scope="module")
+def bucketed(tmp_path_factory):
+    """The two ranks of ``two_ranks`` with gradients all-reduced in ~5 KB buckets."""
+    out = tmp_path_factory.mktemp("bucketed")
+    mp.spawn(_step_worker, args=(_port(), str(out), "distributed.bucket_mb=0.005"), nprocs=2)
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def test_bucketed_all_reduce_during_backward_equals_one_buffer_after_it(two_ranks, bucketed):
+    for plain, buckets in zip(two_ranks, bucketed, strict=True):
+        assert buckets["buckets"] > 2 and plain["buckets"] == 0
+        assert len(buckets["early"]) >= 1 + 3 * 2 and all(n >= 1 for n in buckets["early"])
+        # two ranks: each element is the same sum of the same two products, bit for bit
+        for p, q in zip(plain["first"], buckets["first"], strict=True):
+            assert torch.equal(p, q)
+        assert torch.equal(plain["flat"], buckets["flat"])
+    assert torch.equal(bucketed[0]["flat"], bucketed[1]["flat"])
 
 
 def test_parameters_and_statistics_stay_identical_across_ranks(two_ranks):

@@ -7,7 +7,7 @@ from torch import nn
 
 from rltool.config import PolicyConfig
 from rltool.errors import ConfigError
-from rltool.modules.gru_kernel import gru_sequence
+from rltool.modules.gru_kernel import gru_sequence, gru_sequences
 from rltool.modules.registry import build_memory
 
 TOL = dict(rtol=0, atol=1e-10)
@@ -70,8 +70,30 @@ def test_float32_stays_close_to_torch():
 
 
 def test_the_config_picks_the_kernel_and_refuses_others():
-    cfg = PolicyConfig(kind="gru", memory={"kernel": "rltool"})
-    assert build_memory(cfg, 3).kernel == "rltool"
-    assert build_memory(PolicyConfig(kind="gru"), 3).kernel == "torch"
+    cfg = PolicyConfig(kind="gru", memory={"kernel": "torch"})
+    assert build_memory(cfg, 3).kernel == "torch"
+    assert build_memory(PolicyConfig(kind="gru"), 3).kernel == "rltool"
     with pytest.raises(ConfigError, match="policy.memory.kernel"):
         PolicyConfig(kind="gru", memory={"kernel": "cudnn"})
+
+
+def test_several_grus_in_one_loop_equal_each_alone():
+    """gru_sequences of two GRUs (own inputs, widths of input, weights and h0) == torch.gru of
+    each: outputs and every gradient, float64."""
+    la, xa, ha, wa = layer_and_inputs(9, 3, 4, 5, seed=5)
+    lc, xc, hc, wc = layer_and_inputs(9, 3, 2, 5, seed=6)
+    g = torch.Generator().manual_seed(7)
+    gy = [torch.randn(9, 3, 5, dtype=torch.float64, generator=g) for _ in range(2)]
+    wrt = (xa, ha, *wa, xc, hc, *wc)
+    (ya, hna), (yc, hnc) = gru_sequences([xa, xc], [ha, hc], [wa, wc])
+    grads = torch.autograd.grad(
+        (gy[0] * ya).sum() + (gy[1] * yc).sum() + hna.sum() * hnc.sum(), wrt
+    )
+    (ya_ref, hna_ref), (yc_ref, hnc_ref) = la(xa, ha), lc(xc, hc)
+    loss_ref = (gy[0] * ya_ref).sum() + (gy[1] * yc_ref).sum() + hna_ref.sum() * hnc_ref.sum()
+    for a, b in zip(
+        (ya, hna, yc, hnc, *grads),
+        (ya_ref, hna_ref, yc_ref, hnc_ref, *torch.autograd.grad(loss_ref, wrt)),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, **TOL)

@@ -7,21 +7,22 @@ from tensordict import TensorDict
 from torch import nn
 
 from rltool import keys as K
+from rltool.modules.memory import run_group
 from rltool.modules.recurrent import GRUModule, LSTMModule, _chunk_bounds, recurrent_mode
 
 T, LEAD, F, H = 12, (2, 4), 3, 5
 TOL = dict(rtol=0, atol=1e-8)
 
 
-class KernelGRU(GRUModule):
-    """GRUModule on rltool's own CPU kernel (``policy.memory.kernel=rltool``): every test below
-    holds it to the same per-episode GRUCell reference."""
+class TorchGRU(GRUModule):
+    """GRUModule on torch's GRU (``policy.memory.kernel=torch``; the default is rltool's own
+    CPU kernel): every test below holds both to the same per-episode GRUCell reference."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, kernel="rltool", **kwargs)
+        super().__init__(*args, kernel="torch", **kwargs)
 
 
-MODULES = [LSTMModule, GRUModule, KernelGRU]
+MODULES = [LSTMModule, GRUModule, TorchGRU]
 
 
 def init_pattern(seed: int, t: int = T, lead=LEAD) -> torch.Tensor:
@@ -311,3 +312,27 @@ def test_chunk_bounds_are_optimal():
         for j in range(1, len(pts)):
             best.append(min(best[i] + (pts[j] - pts[i]) * alive[i] for i in range(j)) + call_cost)
         assert chunk_cost(bounds, counts, call_cost) == pytest.approx(best[-1])
+
+
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize("call_cost", [0.0, 1e9])
+def test_grus_in_one_loop_equal_each_alone(num_layers, call_cost):
+    """run_group of two GRUs on rltool's kernel (a policy's actor and critic) == each one's own run:
+    outputs, per-step states and gradients; GRUs on torch's kernel, or of another width, do not
+    join (they run alone)."""
+    a, c = make(GRUModule, num_layers, seed=0), make(GRUModule, num_layers, seed=3)
+    assert a.joins([a, c]) and not a.joins([a, make(TorchGRU, num_layers)])
+    assert not make(TorchGRU, num_layers).joins([make(TorchGRU, num_layers)] * 2)
+    a.call_cost = c.call_cost = call_cost
+    (xa, sa, is_init), (xc, sc, _) = inputs(a, seed=1), inputs(c, seed=1)
+    with recurrent_mode("temporal"):
+        alone = [m.run(x, s, is_init, True) for m, x, s in [(a, xa, sa), (c, xc, sc)]]
+        joined = run_group([a, c], [xa, xc], [sa, sc], is_init)
+    wrt = (xa, *sa, xc, *sc, *a.parameters(), *c.parameters())
+    flat = lambda runs: [t for y, nxt in runs for t in (y, *nxt)]
+    loss = lambda ts: sum((t * (i + 1)).sum() for i, t in enumerate(ts))
+    for got, want in zip(flat(joined), flat(alone), strict=True):
+        torch.testing.assert_close(got, want, **TOL)
+    g_joined = torch.autograd.grad(loss(flat(joined)), wrt)
+    for got, want in zip(g_joined, torch.autograd.grad(loss(flat(alone)), wrt), strict=True):
+        torch.testing.assert_close(got, want, **TOL)

@@ -18,11 +18,8 @@ CASES = [
     ("lstm", True, {}),
     ("gru", False, {}),
     ("gru", True, {}),
-    (
-        "gru",
-        True,
-        {"memory": {"kernel": "rltool"}},
-    ),  # the loss on rltool's kernel, acting on torch's
+    ("gru", True, {"memory": {"kernel": "torch"}}),  # the loss on torch's GRU
+    ("gru", False, {"memory": {"kernel": "torch"}}),  # torch's GRU, actor and critic apart
     ("lstm", False, {"num_layers": 2}),
     ("gru", False, {"recurrent_mode": "sequential"}),  # the loss runs the step loop
     ("sum", False, {}),  # a user's memory module

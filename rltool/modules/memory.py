@@ -83,25 +83,25 @@ class Memory(nn.Module):
     def run(self, x, states, is_init, time_dim: bool, need_states: bool = True):
         """See the module docstring. Returns y and the next states (None for a sequence run with
         ``need_states=False`` in temporal mode)."""
-        lead = x.shape[1:-1] if time_dim else x.shape[:-1]
-        n = math.prod(lead)
-        shapes = [s.shape[len(lead) :] for s in states]
-        flat = [s.reshape(n, *sh) for s, sh in zip(states, shapes, strict=True)]
         if not time_dim:
+            lead = x.shape[:-1]
+            n = math.prod(lead)
+            flat, shapes = _flatten(states, lead, n)
             y, nxt = self._step(x.reshape(n, -1), flat, is_init.reshape(n))
-            return y.reshape(*lead, -1), tuple(
-                s.reshape(*lead, *sh) for s, sh in zip(nxt, shapes, strict=True)
-            )
-        T = x.shape[0]
-        x, is_init = x.reshape(T, n, -1), is_init.reshape(T, n)
+            return y.reshape(*lead, -1), _unflatten(nxt, lead, shapes)
         if self.mode == "sequential":
-            y, nxt = self._loop(x, flat, is_init)
-        else:
-            y, nxt = self._scan(x, flat, is_init, need_states)
-        y = y.reshape(T, *lead, -1)
-        if nxt is not None:
-            nxt = tuple(s.reshape(T, *lead, *sh) for s, sh in zip(nxt, shapes, strict=True))
-        return y, nxt
+            return _sequence(self._loop, x, states, is_init)
+        return _sequence(lambda *a: self._scan(*a, need_states), x, states, is_init)
+
+    def joins(self, memories) -> bool:
+        """Whether ``memories`` (this one first) can run their sequences in one loop
+        (:meth:`_scan_group`); a memory class that can overrides this."""
+        return False
+
+    def _scan_group(self, memories, xs, states, is_init, need_states):
+        """Temporal mode of several memories over the same is_init [T, n]: xs [T, n, F] and
+        states [n, ...] per memory -> [(y, states after each step or None)] per memory."""
+        raise NotImplementedError
 
     def _loop(self, x, states, is_init):
         """The step loop: x [T, n, F], states [n, ...], is_init [T, n] -> y [T, n, H] and the
@@ -140,3 +140,50 @@ class Memory(nn.Module):
         for key, s in zip(self.state_keys, nxt, strict=True):
             td.set(K.nxt(key), s)
         return td
+
+
+def run_group(memories, xs, states, is_init, need_states: bool = True):
+    """Several memories over the same [T, *B] steps and resets (a policy's actor and critic
+    torsos): ``[m.run(x, s, is_init, time_dim=True, need_states) for ...]``, but memories that
+    join (:meth:`Memory.joins`: the GRU on rltool's kernel) run in one loop in temporal mode."""
+    first = memories[0]
+    joins = getattr(first, "joins", None)  # a user's memory need not derive from Memory
+    temporal = all(m.mode == "temporal" for m in memories)
+    if len(memories) < 2 or not temporal or joins is None or not joins(memories):
+        runs = zip(memories, xs, states, strict=True)
+        return [m.run(x, s, is_init, True, need_states) for m, x, s in runs]
+    T, lead = is_init.shape[0], xs[0].shape[1:-1]
+    n = math.prod(lead)
+    flat = [_flatten(s, lead, n) for s in states]
+    outs = first._scan_group(
+        memories,
+        [x.reshape(T, n, -1) for x in xs],
+        [f for f, _ in flat],
+        is_init.reshape(T, n),
+        need_states,
+    )
+    return [
+        (y.reshape(T, *lead, -1), None if nxt is None else _unflatten(nxt, (T, *lead), shapes))
+        for (y, nxt), (_, shapes) in zip(outs, flat, strict=True)
+    ]
+
+
+def _flatten(states, lead, n):
+    """States [*lead, ...] -> [n, ...] each, and their trailing shapes."""
+    shapes = [s.shape[len(lead) :] for s in states]
+    return [s.reshape(n, *sh) for s, sh in zip(states, shapes, strict=True)], shapes
+
+
+def _unflatten(states, lead, shapes):
+    return tuple(s.reshape(*lead, *sh) for s, sh in zip(states, shapes, strict=True))
+
+
+def _sequence(scan, x, states, is_init):
+    """A sequence run on flat batches: x [T, *B, F], states [*B, ...], is_init [T, *B, 1] ->
+    ``scan(x [T, n, F], states [n, ...], is_init [T, n])``'s y and states, unflattened."""
+    T, lead = x.shape[0], x.shape[1:-1]
+    n = math.prod(lead)
+    flat, shapes = _flatten(states, lead, n)
+    y, nxt = scan(x.reshape(T, n, -1), flat, is_init.reshape(T, n))
+    nxt = None if nxt is None else _unflatten(nxt, (T, *lead), shapes)
+    return y.reshape(T, *lead, -1), nxt

@@ -25,6 +25,7 @@ from rltool.modules.heads import (
     mask_logits,
     value_head,
 )
+from rltool.modules.memory import run_group
 from rltool.modules.mlp import mlp, out_features
 from rltool.modules.registry import build_memory
 from rltool.specs import EnvSpecs, Spec
@@ -74,6 +75,21 @@ class Torso(nn.Module):
         y, nxt = rnn.run(x, [state[k] for k in keys], is_init, time_dim, need_states)
         nxt = dict(zip(keys, nxt, strict=True)) if nxt is not None else {}
         return self.post(y), nxt
+
+    @staticmethod
+    def run_many(torsos, x, state: dict, is_init, need_states: bool = True):
+        """Torsos over the same [T, *B] sequence: [(features, next state)], as each one's
+        ``forward(..., time_dim=True)``; their memories run as one where they join
+        (:func:`rltool.modules.memory.run_group`)."""
+        if any(t.rnn is None for t in torsos):
+            return [t(x, state, is_init, True, need_states) for t in torsos]
+        xs = [t.pre(x) if len(t.pre) else x for t in torsos]
+        states = [[state[k] for k in t.rnn.state_keys] for t in torsos]
+        runs = run_group([t.rnn for t in torsos], xs, states, is_init, need_states)
+        return [
+            (t.post(y), dict(zip(t.rnn.state_keys, nxt, strict=True)) if nxt is not None else {})
+            for t, (y, nxt) in zip(torsos, runs, strict=True)
+        ]
 
 
 class ActorCritic(nn.Module):
@@ -177,18 +193,20 @@ class ActorCritic(nn.Module):
 
     def _heads(self, inputs, state, is_init, time_dim, need_states):
         x = self.encode(inputs)
-        feat, nxt = self.actor_torso(x, state, is_init, time_dim, need_states)
+        torsos = self.torsos
+        if time_dim and len(torsos) > 1:  # a sequence: the two memories may share one loop
+            (feat, nxt), (cfeat, cnxt) = Torso.run_many(torsos, x, state, is_init, need_states)
+        else:
+            feat, nxt = self.actor_torso(x, state, is_init, time_dim, need_states)
+            cfeat, cnxt = feat, {}
+            if len(torsos) > 1:
+                cfeat, cnxt = self.critic_torso(x, state, is_init, time_dim, need_states)
         params, out = self.dist(feat), {}
         if self.mask_key is not None and not self.is_q:  # Q-values stay raw; masked in _choose
             params[K.LOGITS] = mask_logits(params[K.LOGITS], inputs[self.mask_key])
         if self.has_critic:
-            if self.critic_torso is self.actor_torso:
-                cfeat = feat
-            else:
-                cfeat, cnxt = self.critic_torso(x, state, is_init, time_dim, need_states)
-                nxt = {**nxt, **cnxt}
             out[K.STATE_VALUE] = self.critic(cfeat)
-        return params, out, nxt
+        return params, out, {**nxt, **cnxt}
 
     def _choose(self, params: dict, inputs: dict) -> dict[str, torch.Tensor]:
         """The action and what goes with it: ``sample_log_prob``, or ``chosen_action_value``
@@ -253,6 +271,18 @@ class ActorCritic(nn.Module):
         out.update(params)
         out[K.SAMPLE_LOG_PROB] = self.dist.log_prob(params, td.get(K.ACTION))
         out["entropy"] = self.dist.entropy(params)
+        return out
+
+    def final_states(self, td: TensorDictBase) -> dict[str, torch.Tensor]:
+        """The recurrent states after the last step of a [T, B] rollout, run from its stored
+        states at t=0 (``is_init`` resets included) by every torso's memory: {state key: [B, ...]}.
+        PPO's ``loss.refresh_states`` calls it without gradients, in temporal mode."""
+        inputs, state, is_init = self._read(td, temporal=True)
+        x = self.encode(inputs)
+        out = {}
+        for torso in self.torsos:
+            _, nxt = torso(x, state, is_init, True, True)
+            out.update({k: s[-1] for k, s in nxt.items()})
         return out
 
     def action_values(self, td: TensorDictBase, with_next: bool = False, need_states=False):

@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rltool import keys as K
-from rltool.modules.gru_kernel import gru_sequence
+from rltool.modules.gru_kernel import gru_sequences
 from rltool.modules.memory import Memory, recurrent_mode
 from rltool.scan import linear_scan
 from rltool.specs import Spec
@@ -176,31 +176,55 @@ class RecurrentModule(Memory):
     def _scan(self, x, states, is_init, need_states):
         """The temporal mode: x [T, N, F], states at t=0 [N, L, H], is_init [T, N] -> y
         [T, N, H] and the states after each step [T, N, L, H] (or None)."""
-        states = [s.masked_fill(is_init[0].view(-1, 1, 1), 0.0) for s in states]
+        return self._scan_group([self], [x], [states], is_init, need_states)[0]
+
+    def _scan_group(self, memories, xs, states, is_init, need_states):
+        """:meth:`_scan` of memories of this class and sizes over the same is_init, each
+        layer's chunks of all of them in one call (:meth:`_call_group`)."""
         lanes = self._lanes(is_init)
-        h = lanes.split(x) if lanes else [x]
-        layer_io = [x]  # every layer's input and output as [T, N, .] (per-step states only)
-        for i, layer in enumerate(self.layers):
-            init = tuple(s[:, i] for s in states)
-            state = tuple(lanes.initial(s) for s in init) if lanes else tuple(s[None] for s in init)
-            outs = []
-            for inp in h:  # one fused call per chunk; the lanes still running are a prefix
-                out, state = self._call(layer, inp, tuple(s[:, : inp.shape[1]] for s in state))
-                outs.append(out)
+        init = [[s.masked_fill(is_init[0].view(-1, 1, 1), 0.0) for s in st] for st in states]
+        h = [lanes.split(x) if lanes else [x] for x in xs]  # per memory, its chunks
+        layer_io = [[x] for x in xs]  # every layer's input and output as [T, N, .] (states)
+        for i in range(self.num_layers):
+            layers = [m.layers[i] for m in memories]
+            state = [
+                tuple(lanes.initial(s[:, i]) if lanes else s[None, :, i] for s in st) for st in init
+            ]
+            outs = [[] for _ in memories]
+            for k in range(len(h[0])):  # one call per chunk; the lanes still running: a prefix
+                n = h[0][k].shape[1]
+                called = self._call_group(
+                    layers, [hm[k] for hm in h], [tuple(s[:, :n] for s in st) for st in state]
+                )
+                for out, (y, _) in zip(outs, called, strict=True):
+                    out.append(y)
+                state = [st for _, st in called]
             h = outs
             if need_states:
-                layer_io.append(lanes.merge(h) if lanes else h[0])
-        y = lanes.merge(h) if lanes else h[0]
+                for io, hm in zip(layer_io, h, strict=True):
+                    io.append(lanes.merge(hm) if lanes else hm[0])
+        ys = [lanes.merge(hm) if lanes else hm[0] for hm in h]
         if not need_states:
-            return y, None
-        keep = (~is_init).unsqueeze(-1).to(x.dtype)
+            return [(y, None) for y in ys]
+        keep = (~is_init).unsqueeze(-1).to(xs[0].dtype)
+        return [
+            (y, m._states_after(io, st, keep))
+            for m, y, io, st in zip(memories, ys, layer_io, init, strict=True)
+        ]
+
+    def _states_after(self, layer_io, init, keep):
+        """Per-step states [T, N, L, H] of every layer from their inputs and outputs."""
         per_layer = [
             self._sequence_states(
-                layer, layer_io[i], layer_io[i + 1], [s[:, i] for s in states], keep
+                layer, layer_io[i], layer_io[i + 1], [s[:, i] for s in init], keep
             )
             for i, layer in enumerate(self.layers)
         ]
-        return y, tuple(torch.stack(s, -2) for s in zip(*per_layer, strict=True))  # [T, N, L, H]
+        return tuple(torch.stack(s, -2) for s in zip(*per_layer, strict=True))
+
+    def _call_group(self, layers, xs, states):
+        """One fused call per layer (each memory's layer i over a chunk): [(y, state after)]."""
+        return [self._call(layer, x, st) for layer, x, st in zip(layers, xs, states, strict=True)]
 
     def _lanes(self, is_init: torch.Tensor) -> _Lanes | None:
         """The lanes of ``is_init`` [T, N] (None without a reset after t=0), reused while the
@@ -276,16 +300,32 @@ class GRUModule(RecurrentModule):
     rnn_cls = nn.GRU
     default_state_keys = (K.RECURRENT_STATE_H,)
 
-    def __init__(self, *args, kernel: str = "torch", **kwargs):
+    def __init__(self, *args, kernel: str = "rltool", **kwargs):
         super().__init__(*args, **kwargs)
         # "rltool": gru_kernel.py's sequence on CPU (config policy.memory.kernel)
         self.kernel = kernel
 
+    def joins(self, memories) -> bool:
+        # rltool's kernel runs GRUs of one width in one loop: a policy's actor and critic
+        # cost about what one does (each step's ops cost their dispatch, not their arithmetic)
+        return all(
+            type(m) is type(self)
+            and m.kernel == "rltool"
+            and (m.hidden_size, m.num_layers) == (self.hidden_size, self.num_layers)
+            for m in memories
+        )
+
+    def _call_group(self, layers, xs, states):
+        if self.kernel == "rltool" and xs[0].device.type == "cpu":
+            weights = [_weights(layer) for layer in layers]
+            outs = gru_sequences(xs, [s[0] for s in states], weights)
+            return [(y, (h,)) for y, h in outs]
+        return super()._call_group(layers, xs, states)
+
     def _call(self, layer, x, state):
         if self.kernel == "rltool" and x.device.type == "cpu":
-            y, h = gru_sequence(x, state[0], *_weights(layer))
-        else:
-            y, h = torch.gru(x, state[0], _weights(layer), *self._flags())
+            return self._call_group([layer], [x], [state])[0]
+        y, h = torch.gru(x, state[0], _weights(layer), *self._flags())
         return y, (h,)
 
     def _cell(self, layer, x, state):

@@ -1,11 +1,25 @@
 """PPO's update: GAE over the rollout, then ``epochs`` passes of ``num_minibatches`` minibatches
-(whole env columns for a recurrent policy), one gradient step each."""
+(whole env columns for a recurrent policy), one gradient step each.
+
+``loss.refresh_states``: a recurrent policy's training sequences are the rollout's env columns,
+each run from the state stored at t=0 (every later state is recomputed by the loss anyway). That
+state came from the previous rollout, computed by older parameters; before each epoch after the
+first it is recomputed with the current ones by re-running the memory over the previous rollout
+(kept from the last update) from that rollout's stored t=0 states. Only the columns that continue
+the previous rollout (no reset at t=0, stored state equal to its last ``("next", state)``) are
+refreshed; the first update, and the first after a resume, keep the stored states.
+"""
 
 from __future__ import annotations
 
+import torch
+from tensordict import TensorDictBase
+
+from rltool import keys as K
 from rltool.algos.base import Algorithm
 from rltool.data import minibatches, resolve_sampler
 from rltool.losses import PPOLoss, add_gae
+from rltool.modules.memory import recurrent_mode
 
 
 class PPO(Algorithm):
@@ -22,6 +36,9 @@ class PPO(Algorithm):
             value_coef=c.value_coef,
             reduction=c.reduction,
         )
+        # one epoch has no later epoch to refresh: nothing is kept
+        self.refresh = bool(c.refresh_states and policy.state_specs and c.epochs > 1)
+        self.previous = None  # the last rollout's memory inputs (refresh_states), from keep
 
     def update(self, batch, progress, frames, step):
         """Logs ``epochs``: the epochs completed (fewer when ``target_kl`` stopped the batch)."""
@@ -30,11 +47,42 @@ class PPO(Algorithm):
         self.loss.entropy_coef = c.entropy_coef * (1 - progress if c.anneal_entropy else 1)
         add_gae(batch, c.gamma, c.gae_lambda)
         kl_limit = c.target_kl and 1.5 * c.target_kl
+        previous, self.previous = self.previous, self.keep(batch) if self.refresh else None
+        data = batch
         for epoch in range(c.epochs):
-            for mb in minibatches(batch, c.num_minibatches, self.sampler):
+            if epoch and previous is not None:  # the first epoch keeps the collected states
+                data = self.refreshed(batch, previous)  # (from the stored ones: the check)
+            for mb in minibatches(data, c.num_minibatches, self.sampler):
                 terms = self.loss(mb)
                 if kl_limit and terms["approx_kl"].item() > kl_limit:  # too far from the rollout's
                     step(terms, apply=False)  # logged, not stepped
                     return {"epochs": epoch}
                 step(terms)
         return {"epochs": c.epochs}
+
+    def keep(self, batch: TensorDictBase) -> tuple[TensorDictBase, dict]:
+        """What the next update's refresh reads of this rollout [T, B]: the memory's inputs,
+        ``is_init`` and stored states at every step, and the states after its last step
+        {key: [B, ...]}. Copies: the collector reuses its buffer."""
+        p = self.policy
+        keys = [k for k in (*p.in_keys, K.IS_INIT, *p.state_specs) if k != p.mask_key]
+        last = {k: batch.get(K.nxt(k))[-1].clone() for k in p.state_specs}
+        return batch.select(*keys).clone(), last
+
+    def refreshed(self, batch: TensorDictBase, previous) -> TensorDictBase:
+        """``batch`` [T, B] (a shallow copy; the input is not changed) with the state keys at t=0
+        recomputed by the current parameters over ``previous`` (from :meth:`keep`), in the
+        columns that continue it; the others as stored."""
+        kept, last = previous
+        with torch.no_grad(), recurrent_mode("temporal"):
+            fresh = self.policy.final_states(kept)
+        cont = ~batch.get(K.IS_INIT)[0].reshape(-1)  # a reset at t=0 starts from zeros anyway
+        for k, s in last.items():  # the stored state is where the previous rollout ended
+            cont &= (batch.get(k)[0] == s).reshape(len(cont), -1).all(1)
+        out = batch.clone(False)
+        for k, s in fresh.items():
+            states = batch.get(k).clone()
+            where = cont.view(-1, *[1] * (s.dim() - 1))
+            states[0] = torch.where(where, s.to(states.dtype), states[0])
+            out.set(k, states)
+        return out

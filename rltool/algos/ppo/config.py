@@ -33,6 +33,10 @@ class PPOConfig:
     num_minibatches: int = 1  # per epoch; recurrent policies split the env columns
     target_kl: float | None = None  # stop a batch's epochs once approx_kl > 1.5x this; null = off
     sampler: str = "auto"  # auto | steps | sequences
+    # before each epoch after the first, each env column's state at t=0 is recomputed with the
+    # current parameters by re-running the memory over the previous rollout (recurrent policies;
+    # docs/how-to/refresh-states.md)
+    refresh_states: bool = False
 
     def __post_init__(self):
         check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
@@ -63,6 +67,13 @@ def check_config(cfg) -> None:
         loss.sampler,
         "shuffled single steps cannot carry a recurrent state: use loss.sampler=sequences "
         f"(or auto) with policy.kind={cfg.policy.kind}",
+    )
+    check(
+        recurrent or not loss.refresh_states,
+        "loss.refresh_states",
+        loss.refresh_states,
+        "refreshes recurrent states, and policy.kind=mlp has none: drop it or use a memory "
+        "(policy=lstm, gru, ...)",
     )
     n = loss.num_minibatches
     if recurrent or loss.sampler == "sequences":
