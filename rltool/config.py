@@ -408,6 +408,10 @@ class Config:
     seed: int = 0  # seeds python, numpy, torch and the envs (eval envs: + eval.seed_offset)
     total_frames: int = 100_000  # the budget: env steps of all envs together
     num_threads: int = 1  # torch intra-op threads (1: fastest for these small models)
+    # torch.compile the acting step and the loss with its backward (rltool/compile.py), for
+    # policy=mlp; the compilation (~1 min on a CPU) counts in the run's time; a failure: one
+    # warning, eager
+    compile: bool = False
 
     def __post_init__(self):
         check(self.total_frames >= 1, "total_frames", self.total_frames, "must be >= 1")
@@ -421,6 +425,14 @@ class Config:
             "collector.frames_per_batch",
             fpb,
             f"must be a multiple of env.num_envs={n}",
+        )
+        check(
+            not self.compile or self.policy.kind == "mlp",
+            "compile",
+            True,
+            "compiles policies without a memory only, for now: with one, 3 compiled LSTM runs "
+            "learned worse than eager, not yet explained (docs/benchmarks/compiled.md); set "
+            "compile=false",
         )
         algo = algos.get(self.loss.name)
         if not isinstance(self.loss, algo.config):  # loss.name=... set instead of loss=...

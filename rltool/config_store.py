@@ -146,6 +146,7 @@ def conf_dir() -> str:
 SAFE_KEYS = (
     "total_frames",
     "num_threads",
+    "compile",  # the same numbers up to rounding; checkpoints load either way
     "eval.every_frames",
     "eval.episodes",
     "logger",

@@ -24,6 +24,7 @@ from rltool import keys as K
 from rltool.algos.base import Algorithm
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
+from rltool.compile import compile_run
 from rltool.config import Config
 from rltool.distributed import SOLO, Solo
 from rltool.envs import VectorEnv, make_env
@@ -89,7 +90,10 @@ def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:
     guard = NonFiniteGuard(cfg.optim.max_nonfinite_steps)
     if comm.rank:
         seed_everything(own_seed)
-    return Run(cfg, env, eval_env, policy, algo, collector, optimizer, guard, comm.grad_hook, comm)
+    run = Run(cfg, env, eval_env, policy, algo, collector, optimizer, guard, comm.grad_hook, comm)
+    if cfg.compile:  # in place: compiled at the first call, in the run's time
+        compile_run(run)
+    return run
 
 
 def make_optimizer(cfg: Config, policy: torch.nn.Module) -> torch.optim.Adam:

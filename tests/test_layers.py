@@ -44,6 +44,7 @@ LAYERS = {
     "rltool/algos/*/algorithm.py": ALGORITHMS,
     "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
     "rltool/train.py": RUN,
+    "rltool/compile.py": RUN,  # compile=true: the acting step and the loss under torch.compile
     "rltool/hooks.py": RUN,  # what a caller of train() has called in the loop
     "rltool/api.py": RUN,  # the public Python API (rltool.train, resume, evaluate)
     "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)

@@ -75,6 +75,7 @@ class Collector:
         if devices.policy is not None:
             policy.to(devices.policy)
         self.env, self.policy, self.use_tensordict = env, policy, use_tensordict
+        self.act = policy.act  # the hot path's step (compile=true: compiled, rltool/compile.py)
         self.T, self.B = frames_per_batch // env.num_envs, env.num_envs
         self.env_device, self.policy_device = env.device, module_device(policy)
         self.storing_device = devices.storing or self.env_device
@@ -257,7 +258,7 @@ class Collector:
 
     def _step_tensors(self, t: int) -> None:
         slots, state, nb = self._slots[t], self._state, self._nb_pol
-        out, nxt_state = self.policy.act(self._inputs, state, self._is_init)
+        out, nxt_state = self.act(self._inputs, state, self._is_init)
         for dst, src in zip(slots["root_env"], self._env_root, strict=True):
             dst.copy_(src, non_blocking=self._nb_env)
         root = self._inputs if not state else {**self._inputs, **state}

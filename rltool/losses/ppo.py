@@ -34,9 +34,31 @@ class PPOLoss(nn.Module):
     ):
         super().__init__()
         self.policy = policy
-        self.clip_epsilon, self.clip_value = clip_epsilon, clip_value
+        self.scalars = {"clip_epsilon": float(clip_epsilon), "entropy_coef": float(entropy_coef)}
+        self.clip_value = clip_value
         self.normalize_advantage = normalize_advantage
-        self.entropy_coef, self.value_coef, self.reduction = entropy_coef, value_coef, reduction
+        self.value_coef, self.reduction = value_coef, reduction
+
+    def scalars_as_tensors(self) -> None:
+        """compile=true: the annealed scalars become 0-d tensors on the policy's device, set in
+        place, which a compiled forward reads as inputs (a float is a constant, recompiled at
+        each new value). Eager keeps floats: a float32 tensor rounds the clip bounds 1 ulp
+        differently, and an eager run must give the numbers it gave before."""
+        dev = next(self.policy.parameters(), torch.empty(0)).device
+        self.scalars = {k: torch.tensor(v, device=dev) for k, v in self.scalars.items()}
+
+    def _set(self, name: str, value: float) -> None:
+        if isinstance(self.scalars[name], torch.Tensor):
+            self.scalars[name].fill_(value)
+        else:
+            self.scalars[name] = float(value)
+
+    clip_epsilon = property(
+        lambda self: self.scalars["clip_epsilon"], lambda self, v: self._set("clip_epsilon", v)
+    )
+    entropy_coef = property(
+        lambda self: self.scalars["entropy_coef"], lambda self, v: self._set("entropy_coef", v)
+    )
 
     def evaluate(self, td: TensorDictBase) -> dict[str, torch.Tensor]:
         """The current policy on the stored actions (temporal mode unless forced sequential)."""
@@ -100,12 +122,14 @@ class PPOLoss(nn.Module):
         log_ratio = sel(self._log_ratio(td, ev))
         target = sel(td.get(K.VALUE_TARGET).reshape(td.batch_size))
         old_value = sel(td.get(K.STATE_VALUE).reshape(td.batch_size))
-        var = target.var() if target.numel() > 1 else target.new_tensor(0.0)
+        several = target.numel() > 1
+        var = target.var() if several else target.new_tensor(0.0)
+        resid = (target - old_value).var() if several else var
+        # where, not `if var > 0`: no data-dependent branch (compile=true traces one graph)
+        unexplained = resid / var.where(var > 0, 1.0)
         return {
             "approx_kl": ((log_ratio.exp() - 1) - log_ratio).mean(),
             "clip_fraction": ((log_ratio.exp() - 1).abs() > self.clip_epsilon).float().mean(),
             "entropy": sel(ev["entropy"]).mean(),
-            "explained_variance": 1 - (target - old_value).var() / var
-            if var > 0
-            else var.new_tensor(float("nan")),
+            "explained_variance": (1 - unexplained).where(var > 0, float("nan")),
         }
