@@ -1,4 +1,5 @@
 import csv
+import fcntl
 import os
 import subprocess
 import sys
@@ -14,6 +15,41 @@ from rltool.config_store import register_configs
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "disabled")
 register_configs()  # the schemas make_cfg composes from (rltool train registers them itself)
+
+
+# every tiny run's evaluation and output: two episodes at each evaluation and at the end, no
+# progress bar (a test's own budget, total_frames and batch size, comes beside it)
+TINY_EVAL = ["eval.episodes=2", "eval.final_episodes=2", "logger.progress=none"]
+
+
+# the smallest finished run: one PPO batch on CartPole, one evaluation, one checkpoint
+TINY_RUN = (
+    "env=cartpole",
+    "total_frames=256",
+    "collector.frames_per_batch=256",
+    "eval.every_frames=256",
+    "eval.episodes=1",
+    "eval.final_episodes=1",
+    "logger.progress=none",
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory) -> Path:
+    """A finished :data:`TINY_RUN` folder, trained once per test session and shared by the
+    xdist workers (a lock in their common temp folder): for tests that only read a run (copy it
+    to change it)."""
+    from rltool.cli import main
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's base folder lies in the session's
+    run = root / "tiny_run"
+    with (root / "tiny_run.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # the first worker trains, the others wait for it
+        if not (run / "summary.json").is_file():
+            assert main(["train", *TINY_RUN, f"hydra.run.dir={run}"]) == 0
+    return run
 
 
 def make_cfg(*overrides: str):
@@ -47,6 +83,32 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """:func:`run_cli` in this process (no interpreter, torch or Hydra start-up: a second, not
+    five): ``rltool.cli.main`` on the same arguments, in ``cwd`` with ``env`` set, its exit code
+    and captured output as a CompletedProcess. For tests of what a command prints and returns;
+    exit codes of a real process (signals, tracebacks at exit) keep :func:`run_cli`."""
+
+    def run(*args: str, cwd: Path, env: dict[str, str] | None = None, **_):
+        from rltool import _faults
+        from rltool.cli import main
+
+        capsys.readouterr()  # only this command's output
+        with monkeypatch.context() as m:
+            m.chdir(cwd)
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            m.delenv("HYDRA_FULL_ERROR", raising=False)
+            m.setattr(_faults, "_writes", 0)  # the fault counters of a fresh process
+            m.setattr(_faults, "_file_writes", 0)
+            code = main(list(args))
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["rltool", *args], code, out, err)
+
+    return run
 
 
 def start_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):

@@ -7,14 +7,14 @@ import json
 import re
 
 import pytest
-from conftest import ROOT, metric_rows, run_cli
+from conftest import ROOT, TINY_EVAL, metric_rows
 
 import rltool
 from rltool import layout
 from rltool.errors import UserError
 
 TINY = ("env=cartpole_pomdp", "policy=gru", "total_frames=2048", "eval.every_frames=1024")
-TINY += ("eval.episodes=2", "eval.final_episodes=2", "logger.progress=none")
+TINY += tuple(TINY_EVAL)
 
 
 def test_the_public_names_are_exported():
@@ -23,7 +23,7 @@ def test_the_public_names_are_exported():
         assert callable(getattr(rltool, name)), name
 
 
-def test_train_resume_evaluate_load_as_the_commands_do(tmp_path):
+def test_train_resume_evaluate_load_as_the_commands_do(tmp_path, cli):
     seen = []
     hooks = rltool.Hooks(on_eval=[lambda run_dir, row: seen.append(row["frames"])])
     cfg = rltool.compose(*TINY, "checkpoint.every_frames=1024")
@@ -39,10 +39,10 @@ def test_train_resume_evaluate_load_as_the_commands_do(tmp_path):
     assert rltool.saved_config(tmp_path / "run").total_frames == 3072
 
     result = rltool.evaluate(tmp_path / "run", episodes=3)
-    r = run_cli("eval", f"run={tmp_path / 'run'}", "episodes=3", cwd=tmp_path)
+    r = cli("eval", f"run={tmp_path / 'run'}", "episodes=3", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    cli = json.loads((tmp_path / "run" / layout.EVAL).read_text())
-    assert result["returns"] == cli["returns"] and result["episodes"] == 3
+    from_cli = json.loads((tmp_path / "run" / layout.EVAL).read_text())
+    assert result["returns"] == from_cli["returns"] and result["episodes"] == 3
 
     policy, state = rltool.load_policy(tmp_path / "run")
     assert set(state) >= {"recurrent_state_h"}

@@ -14,28 +14,11 @@ from rltool import checkpoint as ckpt
 from rltool.cli import main
 from rltool.errors import EXIT_OK, EXIT_SOFTWARE, EXIT_USAGE
 
-RUN = (
-    "env=cartpole",
-    "total_frames=256",
-    "collector.frames_per_batch=256",
-    "eval.every_frames=256",
-    "eval.episodes=1",
-    "eval.final_episodes=1",
-    "logger.progress=none",
-)
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("trained") / "run"
-    assert main(["train", *RUN, f"hydra.run.dir={run_dir}"]) == EXIT_OK
-    return run_dir
-
 
 @pytest.fixture
-def run(trained, tmp_path):
+def run(tiny_run, tmp_path):
     run_dir = tmp_path / "run"
-    shutil.copytree(trained, run_dir)
+    shutil.copytree(tiny_run, run_dir)
     return run_dir
 
 

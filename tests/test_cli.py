@@ -1,4 +1,6 @@
-"""The CLI end to end in a subprocess: a tiny training run, help, config printing, bad input."""
+"""The CLI: a tiny training run, help, config printing, bad input. Exit codes and output are
+checked in-process (the ``cli`` fixture); a real process where it matters (the training run, a
+traceback, a closed pipe)."""
 
 import json
 import subprocess
@@ -31,18 +33,18 @@ def test_train_tiny_budget_writes_run_dir(tmp_path):
     assert "frames 512/512" in r.stderr  # progress lines when not a terminal
 
 
-def test_help_lists_commands_and_groups(tmp_path):
-    top = run_cli("--help", cwd=tmp_path)
+def test_help_lists_commands_and_groups(tmp_path, cli):
+    top = cli("--help", cwd=tmp_path)
     assert top.returncode == 0 and "train" in top.stdout
-    r = run_cli("train", "--help", cwd=tmp_path)
+    r = cli("train", "--help", cwd=tmp_path)
     assert r.returncode == 0
     for group in ("env:", "policy:", "loss:", "collector:", "optim:", "logger:", "experiment:"):
         assert group in r.stdout
     assert "cartpole_pomdp" in r.stdout and "pendulum_ppo" in r.stdout
 
 
-def test_cfg_job_prints_composed_config(tmp_path):
-    r = run_cli("train", "--cfg", "job", "env=cartpole_pomdp", "seed=3", cwd=tmp_path)
+def test_cfg_job_prints_composed_config(tmp_path, cli):
+    r = cli("train", "--cfg", "job", "env=cartpole_pomdp", "seed=3", cwd=tmp_path)
     assert r.returncode == 0 and "obs_keep:" in r.stdout and "seed: 3" in r.stdout
     assert not (tmp_path / "outputs").exists()
 
@@ -59,15 +61,15 @@ def test_cfg_job_prints_composed_config(tmp_path):
         (["foo=1"], "unknown config key 'foo'"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(tmp_path, args, words):
-    r = run_cli("train", *args, cwd=tmp_path)
+def test_bad_input_is_one_line_exit_2(tmp_path, cli, args, words):
+    r = cli("train", *args, cwd=tmp_path)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
-def test_unknown_command(tmp_path):
-    r = run_cli("trian", cwd=tmp_path)
+def test_unknown_command(tmp_path, cli):
+    r = cli("trian", cwd=tmp_path)
     assert r.returncode == 2 and "unknown command 'trian'" in r.stderr
 
 
@@ -118,12 +120,12 @@ def _options(group):
     return ", ".join(sorted(p.stem for p in (Path(conf_dir()) / group).glob("*.yaml")))
 
 
-def test_schemas_are_no_options(tmp_path):
-    r = run_cli("train", "--help", cwd=tmp_path)
+def test_schemas_are_no_options(tmp_path, cli):
+    r = cli("train", "--help", cwd=tmp_path)
     assert r.returncode == 0 and "base_" not in r.stdout
     assert f"policy: {_options('policy')}" in r.stdout and "loss: dqn, ppo" in r.stdout
     for arg in ("policy=base_policy", "env=base_env", "loss=base_dqn", "policy=nope"):
-        r = run_cli("train", arg, cwd=tmp_path)
+        r = cli("train", arg, cwd=tmp_path)
         assert r.returncode == 2
         group, name = arg.split("=")
         assert r.stderr.strip() == (

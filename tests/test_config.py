@@ -5,7 +5,7 @@ from functools import reduce
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, make_cfg, run_cli
+from conftest import ROOT, make_cfg
 from omegaconf import OmegaConf
 
 from rltool.config_store import NOT_GROUPS
@@ -149,10 +149,10 @@ def test_conf_dir_is_the_top_level_conf_in_a_checkout():
     ],
     ids=str,
 )
-def test_refusals_come_before_anything_runs(tmp_path, override):
+def test_refusals_come_before_anything_runs(tmp_path, cli, override):
     """Once an internal error in backward() / a refusal inside the first update: now one line,
     exit 2, and no run folder left behind."""
     run_dir = tmp_path / "run"
-    r = run_cli("train", *override.split(), f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    r = cli("train", *override.split(), f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not run_dir.exists()

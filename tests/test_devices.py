@@ -102,9 +102,9 @@ def test_devices_the_machine_lacks_are_errors(monkeypatch):
         resolve_devices(env_device="meta")
 
 
-def test_missing_device_from_the_cli_is_one_line_before_any_work(tmp_path):
+def test_missing_device_from_the_cli_is_one_line_before_any_work(tmp_path, cli):
     missing = f"cuda:{torch.cuda.device_count()}"  # one past the last GPU (cuda:0 without one)
-    r = run_cli("train", f"collector.device={missing}", "hydra.run.dir=run", cwd=tmp_path)
+    r = cli("train", f"collector.device={missing}", "hydra.run.dir=run", cwd=tmp_path)
     assert r.returncode == 2
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr

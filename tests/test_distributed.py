@@ -230,6 +230,7 @@ def test_two_ranks_write_one_run_folder(straight):
     assert len(body["ranks"]) == 2 and "episodes" not in body["state"]
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_killed_and_resumed_two_rank_run_matches_the_straight_run(straight, tmp_path):
     kill = {"RLTOOL_CHECKPOINT_KILL": "before_pointer@3"}  # rank 0 dies writing at 768 frames
     r = run_cli(
@@ -278,8 +279,8 @@ def test_a_killed_rank_stops_the_others_with_one_line(tmp_path):
     assert "resume=" in last
 
 
-def test_bad_input_is_refused_before_any_rank_starts(tmp_path):
-    r = run_cli("train", "loss=dqn", "distributed.nproc_per_node=2", cwd=tmp_path)
+def test_bad_input_is_refused_before_any_rank_starts(tmp_path, cli):
+    r = cli("train", "loss=dqn", "distributed.nproc_per_node=2", cwd=tmp_path)
     assert r.returncode == 2
     assert (
         r.stderr.strip().splitlines() == [r.stderr.strip().splitlines()[-1]]
@@ -288,12 +289,13 @@ def test_bad_input_is_refused_before_any_rank_starts(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cfg_job_shows_a_distributed_config_without_starting_ranks(tmp_path):
-    r = run_cli("train", "distributed.nproc_per_node=2", "--cfg", "job", cwd=tmp_path)
+def test_cfg_job_shows_a_distributed_config_without_starting_ranks(tmp_path, cli):
+    r = cli("train", "distributed.nproc_per_node=2", "--cfg", "job", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "nproc_per_node: 2" in r.stdout and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_sigterm_to_the_launcher_checkpoints_and_exits_75(tmp_path):
     from conftest import start_cli
 

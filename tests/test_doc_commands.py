@@ -4,21 +4,21 @@ option breaks CI, not a reader. Each fenced shell block is marked, on the line a
     <!-- test: run -->            this test runs it (the page's blocks in order, in one folder)
     <!-- not-run: <reason> -->    it needs what a test machine lacks (a GPU, Slurm, hours)
 
-An unmarked block fails. The test runs ``rltool`` as ``python -m rltool`` from this checkout and
-makes every training tiny (what the pages say, in ``docs/development.md``): ``rltool train``
-gets ``total_frames=2048`` (``4096`` where the line gives a budget, so a resume has more to do),
-two evaluation episodes and no progress bar; ``rltool tune`` gets ``trials=2 seeds=1``."""
+An unmarked block fails. The test runs ``rltool`` in this process (``rltool.cli.main``, what
+``python -m rltool`` calls) from this checkout and makes every training tiny (what the pages
+say, in ``docs/development.md``): ``rltool train`` gets ``total_frames=2048`` (``4096`` where
+the line gives a budget, so a resume has more to do), two evaluation episodes and no progress
+bar; ``rltool tune`` gets ``trials=2 seeds=1``."""
 
 from __future__ import annotations
 
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, cli_env
+from conftest import CLI_PYTHONPATH, ROOT, TINY_EVAL
 
 PAGES = sorted([*(ROOT / "docs" / "getting-started").glob("*.md")])
 PAGES += sorted((ROOT / "docs" / "how-to").glob("*.md"))
@@ -47,9 +47,6 @@ def commands(body: str) -> list[str]:
     return out
 
 
-TRAIN_TINY = ["eval.episodes=2", "eval.final_episodes=2", "logger.progress=none"]
-
-
 def tiny(argv: list[str]) -> list[str]:
     """``rltool ...`` arguments with the budgets the module docstring states."""
     if argv[:2] == ["rltool", "tune"]:
@@ -60,18 +57,18 @@ def tiny(argv: list[str]) -> list[str]:
     argv = [a for a in argv if not a.startswith("total_frames=")]
     if any(a.startswith("resume=") for a in argv):
         return [*argv, "total_frames=4096"]
-    return [*argv, f"total_frames={4096 if budget else 2048}", *TRAIN_TINY]
+    return [*argv, f"total_frames={4096 if budget else 2048}", *TINY_EVAL]
 
 
-def run(command: str, cwd: Path) -> subprocess.CompletedProcess:
+def run(command: str, cwd: Path, cli) -> subprocess.CompletedProcess:
+    """``command`` run in ``cwd`` by ``cli`` (the conftest fixture: ``rltool`` in this process,
+    which is the same entry point ``python -m rltool`` calls)."""
     argv = tiny(shlex.split(command))
-    if argv[0] == "rltool":
-        argv = [sys.executable, "-m", "rltool", *argv[1:]]
-    elif argv[0] != "pip":
-        raise AssertionError(f"a runnable block runs rltool (or pip): {command}")
-    else:  # installs: what this test runs under has every extra already
+    if argv[0] == "pip":  # installs: what this test runs under has every extra already
         return subprocess.CompletedProcess(argv, 0, "", "")
-    return subprocess.run(argv, cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=600)
+    if argv[0] != "rltool":
+        raise AssertionError(f"a runnable block runs rltool (or pip): {command}")
+    return cli(*argv[1:], cwd=cwd)
 
 
 def test_every_shell_block_is_marked():
@@ -99,12 +96,14 @@ def test_the_helpers_read_blocks_as_the_pages_write_them():
 RUNNABLE = [p for p in PAGES if any(mark == "test: run" for mark, _, _ in blocks(p))]
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 @pytest.mark.parametrize("page", RUNNABLE, ids=lambda p: p.name)
-def test_the_runnable_blocks_of_a_page_run(page, tmp_path):
+def test_the_runnable_blocks_of_a_page_run(page, tmp_path, cli, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", CLI_PYTHONPATH)  # a sweep's worker processes import this
     for mark, body, line in blocks(page):
         if mark != "test: run":
             continue
         for command in commands(body):
-            r = run(command, tmp_path)
+            r = run(command, tmp_path, cli)
             where = f"{page.relative_to(ROOT)}:{line + 1}: {command}"
             assert r.returncode == 0, f"{where}\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import metric_rows, run_cli
+from conftest import TINY_EVAL, metric_rows
 from tensordict import TensorDict
 
 import rltool as rltool_lib
@@ -16,10 +16,6 @@ from rltool import checkpoint as ckpt
 from rltool import layout
 from rltool.cli import main
 from rltool.losses import linear_schedule
-
-
-def rltool(*args, cwd):
-    return run_cli("train", *args, cwd=cwd)
 
 
 @pytest.mark.parametrize(
@@ -37,16 +33,17 @@ def rltool(*args, cwd):
     ],
     ids=["continuous", "burn_in", "size", "gamma", "storage", "normalize"],
 )
-def test_bad_input_is_one_line_exit_2(tmp_path, args, says):
-    r = rltool(*args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+def test_bad_input_is_one_line_exit_2(tmp_path, args, says, cli):
+    r = cli("train", *args, f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0] and "Traceback" not in r.stderr, r.stderr
 
 
-def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
+def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path, cli):
     run_dir = tmp_path / "run"
-    r = rltool(
+    r = cli(
+        "train",
         "env=cartpole_pomdp",
         "policy=gru",
         "loss=dqn",
@@ -60,9 +57,7 @@ def test_recurrent_dqn_runs_end_to_end_with_a_memmap_buffer(tmp_path):
         "buffer.prioritized=true",
         "buffer.storage=memmap",
         "total_frames=768",
-        "eval.episodes=2",
-        "eval.final_episodes=2",
-        "logger.progress=none",
+        *TINY_EVAL,
         f"hydra.run.dir={run_dir}",
         cwd=tmp_path,
     )

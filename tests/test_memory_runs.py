@@ -10,7 +10,7 @@ import signal
 
 import gymnasium as gym
 import pytest
-from conftest import metric_rows, run_cli
+from conftest import TINY_EVAL, metric_rows, run_cli
 
 import rltool
 from rltool import checkpoint as ckpt
@@ -24,9 +24,7 @@ PPO = [
     "loss.epochs=2",
     "collector.frames_per_batch=128",
     "eval.every_frames=256",
-    "eval.episodes=2",
-    "eval.final_episodes=2",
-    "logger.progress=none",
+    *TINY_EVAL,
     "checkpoint.every_frames=256",
     "total_frames=768",
 ]
@@ -92,9 +90,7 @@ def test_recurrent_dqn_with_burn_in_runs_end_to_end(kind, tmp_path):
         "buffer.batch_size=8",
         "buffer.storage=memmap",
         "total_frames=512",
-        "eval.episodes=2",
-        "eval.final_episodes=2",
-        "logger.progress=none",
+        *TINY_EVAL,
         f"hydra.run.dir={run_dir}",
     )
     assert r.returncode == 0, r.stderr

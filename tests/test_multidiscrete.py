@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import torch
-from conftest import run_cli
 
 from rltool import keys as K
 from rltool.collectors import Collector
@@ -61,7 +60,7 @@ def test_dqn_refuses_multidiscrete_in_the_policy():
         raise AssertionError("no error")
 
 
-def test_ppo_trains_and_dqn_is_one_line_exit_2(tmp_path):
+def test_ppo_trains_and_dqn_is_one_line_exit_2(tmp_path, cli):
     common = [
         "train",
         "env=gym",
@@ -72,9 +71,9 @@ def test_ppo_trains_and_dqn_is_one_line_exit_2(tmp_path):
         "total_frames=128",
         "logger.progress=none",
     ]
-    r = run_cli(*common, f"hydra.run.dir={tmp_path / 'ppo'}", cwd=tmp_path)
+    r = cli(*common, f"hydra.run.dir={tmp_path / 'ppo'}", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    r = run_cli(*common, "loss=dqn", f"hydra.run.dir={tmp_path / 'dqn'}", cwd=tmp_path)
+    r = cli(*common, "loss=dqn", f"hydra.run.dir={tmp_path / 'dqn'}", cwd=tmp_path)
     assert r.returncode == 2
     lines = [x for x in r.stderr.strip().splitlines() if not x.startswith("rltool: text")]
     assert len(lines) == 1 and "MultiDiscrete" in lines[0] and "loss=ppo" in lines[0], r.stderr

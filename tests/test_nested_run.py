@@ -52,6 +52,7 @@ def nested_run(tmp_path_factory):
     return run
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_killed_and_resumed_run_matches_the_straight_run(tmp_path):
     straight, run = tmp_path / "straight", tmp_path / "run"
     args = [*ARGS, "total_frames=256"]

@@ -12,7 +12,7 @@ import shutil
 import stat
 
 import pytest
-from conftest import metric_rows, run_cli
+from conftest import TINY_EVAL, metric_rows, run_cli
 
 from rltool import _faults, sweep
 from rltool.cli import main
@@ -23,9 +23,7 @@ TINY = [
     "env=cartpole",
     "total_frames=1024",
     "checkpoint.every_frames=256",
-    "eval.episodes=2",
-    "eval.final_episodes=2",
-    "logger.progress=none",
+    *TINY_EVAL,
 ]
 
 
@@ -112,7 +110,7 @@ def _read_only(folder) -> bool:
 
 
 def test_a_read_only_run_folder_is_exit_5_for_resume_and_eval(tmp_path, monkeypatch):
-    args = ["env=cartpole", "total_frames=256", *TINY[3:], "hydra.run.dir=run"]
+    args = ["env=cartpole", "total_frames=256", *TINY_EVAL, "hydra.run.dir=run"]
     r = run_cli("train", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     copy = tmp_path / "copy"
@@ -135,15 +133,15 @@ def test_a_read_only_run_folder_is_exit_5_for_resume_and_eval(tmp_path, monkeypa
             p.chmod(p.stat().st_mode | stat.S_IWUSR)
 
 
-def test_eval_refuses_a_checkpoint_of_another_run(tmp_path):
-    for name, env in (("cart", "env=cartpole"), ("pend", "env=pendulum")):
-        args = [env, "total_frames=256", *TINY[3:], f"hydra.run.dir={tmp_path / name}"]
-        assert main(["train", *args]) == 0
+def test_eval_refuses_a_checkpoint_of_another_run(tmp_path, cli, tiny_run):
+    shutil.copytree(tiny_run, tmp_path / "cart")
+    args = ["env=pendulum", "total_frames=256", *TINY_EVAL, f"hydra.run.dir={tmp_path / 'pend'}"]
+    assert main(["train", *args]) == 0
     cart = tmp_path / "cart" / "checkpoints"
     (pend_ckpt,) = (tmp_path / "pend" / "checkpoints").glob("ckpt-*.pt")
     (cart_ckpt,) = cart.glob("ckpt-*.pt")
     shutil.copy(pend_ckpt, cart_ckpt)  # another run's file under this run's name
-    r = run_cli("eval", f"run={tmp_path / 'cart'}", "episodes=1", cwd=tmp_path)
+    r = cli("eval", f"run={tmp_path / 'cart'}", "episodes=1", cwd=tmp_path)
     assert r.returncode == EXIT_USAGE, r.stderr
     assert "was written with env.id='Pendulum-v1' but the run's config says 'CartPole-v1'" in (
         r.stderr

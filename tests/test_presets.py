@@ -28,6 +28,7 @@ TINY = [
     "total_frames=128",
     "eval.every_frames=128",
     "eval.episodes=1",
+    "eval.final_episodes=1",  # not 50: MiniGrid's untrained episodes run to their step limit
     "logger.progress=none",
     "policy.hidden_size=8",
 ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import run_cli
 from recurrent_helpers import masked_cartpole, recurrent_policy
 
 from rltool import keys as K
@@ -104,8 +103,8 @@ BAD = [
 
 
 @pytest.mark.parametrize(("overrides", "names"), BAD)
-def test_bad_recurrent_config_is_one_line_exit_2(tmp_path, overrides, names):
-    p = run_cli(
+def test_bad_recurrent_config_is_one_line_exit_2(tmp_path, cli, overrides, names):
+    p = cli(
         "train",
         "env=cartpole_pomdp",
         "policy=lstm",

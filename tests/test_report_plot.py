@@ -3,6 +3,8 @@ evaluations; and the default ``eval.every_frames`` that keeps a short run's curv
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from conftest import make_cfg
 
@@ -38,9 +40,8 @@ def test_plot_warns_under_3_points_and_draws_training_returns(tmp_path, capsys):
     assert (tmp_path / "b.png").stat().st_size > 1000
 
 
-def test_report_marks_unreadable_folders(tmp_path, capsys):
-    good = tmp_path / "runs" / "good"
-    assert main(["train", "total_frames=256", *TINY, f"hydra.run.dir={good}"]) == EXIT_OK
+def test_report_marks_unreadable_folders(tmp_path, capsys, tiny_run):
+    shutil.copytree(tiny_run, tmp_path / "runs" / "good")
     junk = tmp_path / "runs" / "junk"
     junk.mkdir()
     (junk / "config.yaml").write_text("a: [unclosed\n")

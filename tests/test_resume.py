@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import metric_rows, start_cli
+from conftest import TINY_EVAL, metric_rows, start_cli
 
 from rltool import checkpoint as ckpt
 from rltool.cli import main
@@ -23,9 +23,7 @@ LSTM = [
     "policy.hidden_size=16",
     "loss.epochs=2",
     "eval.every_frames=512",
-    "eval.episodes=2",
-    "eval.final_episodes=2",
-    "logger.progress=none",
+    *TINY_EVAL,
     "checkpoint.every_frames=512",
     "total_frames=1536",
 ]
@@ -105,6 +103,17 @@ def _wait_for_checkpoint(run_dir: Path, proc) -> None:
         time.sleep(0.05)
 
 
+def _read_until(proc, words: str) -> str:
+    """``proc``'s stderr up to and including the first line holding ``words`` (the process
+    prints it when it handled the event: no sleep to guess when)."""
+    seen = ""
+    while words not in seen:
+        line = proc.stderr.readline()
+        assert line, seen + proc.communicate(timeout=120)[1]  # it ended first
+        seen += line
+    return seen
+
+
 MLP_LONG = ["logger.progress=none", "checkpoint.every_frames=512", "total_frames=10000000"]
 
 
@@ -129,9 +138,9 @@ def test_a_second_signal_exits_at_once(tmp_path):
     # checkpoint: a signal there stopped the run before the second one came (a flaky CI run)
     time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.3)  # the update is still running
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
+    seen = _read_until(proc, "finishing this update")  # the first one handled, not a sleep
+    proc.send_signal(signal.SIGINT)  # the update (seconds) is still running
+    err = seen + proc.communicate(timeout=120)[1]
     assert proc.returncode == 128 + signal.SIGINT, err
     assert "second SIGINT" in err
     assert ckpt.latest(run_dir / "checkpoints") == before
@@ -249,9 +258,7 @@ DQN_GRU = [
     "buffer.batch_size=4",
     "buffer.size=2048",
     "eval.every_frames=512",
-    "eval.episodes=2",
-    "eval.final_episodes=2",
-    "logger.progress=none",
+    *TINY_EVAL,
     "checkpoint.every_frames=384",
     "total_frames=1024",
 ]

@@ -5,7 +5,6 @@ it, before anything is allocated, and the CLI leaves no run folder behind."""
 from __future__ import annotations
 
 import pytest
-from conftest import run_cli
 
 from rltool.collectors import Collector
 from rltool.config import BufferConfig, EnvConfig, PolicyConfig
@@ -96,9 +95,9 @@ def test_a_replay_beyond_memory_or_disk_is_refused(monkeypatch, tmp_path):
     "args",
     [["loss=dqn", "buffer.size=1000000000000"], ["collector.frames_per_batch=1000000000"]],
 )
-def test_the_cli_refuses_in_one_line_and_leaves_no_run_folder(args, tmp_path):
+def test_the_cli_refuses_in_one_line_and_leaves_no_run_folder(args, tmp_path, cli):
     run = tmp_path / "run"
-    r = run_cli("train", *args, f"hydra.run.dir={run}", cwd=tmp_path)
+    r = cli("train", *args, f"hydra.run.dir={run}", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and args[-1] in lines[0] and "GB are available" in lines[0]

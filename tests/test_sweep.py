@@ -161,6 +161,7 @@ def test_interrupted_job_without_checkpoint_restarts_and_keeps_old_metrics(tmp_p
     assert len((job / "metrics.csv").read_text().splitlines()) == len(old.splitlines())
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_submitit_local_two_jobs(tmp_path, monkeypatch, capsys):
     sweep = tmp_path / "sweep"
     overrides = ("seed=0,1", "logger=[csv,wandb]", "logger.wandb.mode=offline", *TINY)
@@ -243,6 +244,7 @@ def test_run_job_statuses_for_stops_and_signals(tmp_path):
     assert (single.run_dir / "status.json").read_bytes() == before
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 def test_sigterm_stops_the_whole_sweep_and_the_same_command_continues_it(tmp_path):
     """Hydra's launchers catch a job's exception and start the next job: after a SIGTERM, the
     jobs left must not start (the sweep exits 75 at once), and a re-run finishes them all."""

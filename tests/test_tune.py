@@ -185,6 +185,7 @@ def test_a_trial_below_the_median_is_pruned(tmp_path, capsys):
     assert results.pruned(load(study)) == [2] and results.history(load(study))[0] == [0, 1]
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 @pytest.mark.filterwarnings("ignore:env fake_envs")  # one-step episodes: no exact resume
 def test_a_killed_study_resumes_to_exactly_n_trials(tmp_path, capsys):
     study = tmp_path / "study"
@@ -263,6 +264,7 @@ def _wait_gone(pids: list[int], timeout: float = 120) -> None:
             time.sleep(0.05)
 
 
+@pytest.mark.slow  # end to end, several processes: 15-30 s on CI
 @pytest.mark.filterwarnings("ignore:env fake_envs")  # one-step episodes: no exact resume
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_a_signal_stops_parallel_trials_at_a_checkpoint_and_a_rerun_ends_with_n(
