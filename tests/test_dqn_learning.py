@@ -18,6 +18,7 @@ def run(tmp_path, *overrides):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1200)  # a 50k-frame run: ~3 min on a free core, more beside others
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_dqn_mlp_solves_cartpole(tmp_path, seed):
     summary = run(tmp_path, "env=cartpole", "policy=mlp", "loss=dqn", f"seed={seed}")
@@ -25,6 +26,7 @@ def test_dqn_mlp_solves_cartpole(tmp_path, seed):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # a 90k-frame recurrent run: ~10-25 min on one core
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recurrent_dqn_solves_cartpole_without_velocities(tmp_path, seed):
     summary = run(

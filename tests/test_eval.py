@@ -200,6 +200,7 @@ def test_load_policy_names_the_shape_it_takes(lstm_run):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole 100k-frame run
 def test_fresh_cartpole_checkpoint_evaluates_to_475(tmp_path):
     run = tmp_path / "run"
     assert main(["train", "logger.progress=none", f"hydra.run.dir={run}"]) == 0

@@ -20,16 +20,19 @@ def _final_eval(tmp_path: Path, *overrides: str) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole 100k-frame run
 @pytest.mark.parametrize("policy", ["lstm", "gru"])
 def test_memory_policy_solves_masked_cartpole(tmp_path, policy):
     assert _final_eval(tmp_path, "env=cartpole_pomdp", f"policy={policy}", "seed=0") >= 450
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole 100k-frame run
 def test_mlp_fails_masked_cartpole(tmp_path):
     assert _final_eval(tmp_path, "env=cartpole_pomdp", "policy=mlp", "seed=0") < 200
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a whole 100k-frame run
 def test_lstm_solves_cartpole(tmp_path):
     assert _final_eval(tmp_path, "env=cartpole", "policy=lstm", "seed=0") >= 475
