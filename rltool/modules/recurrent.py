@@ -322,9 +322,7 @@ class GRUModule(RecurrentModule):
             return [(y, (h,)) for y, h in outs]
         return super()._call_group(layers, xs, states)
 
-    def _call(self, layer, x, state):
-        if self.kernel == "rltool" and x.device.type == "cpu":
-            return self._call_group([layer], [x], [state])[0]
+    def _call(self, layer, x, state):  # torch's GRU (the kernel is chosen in _call_group)
         y, h = torch.gru(x, state[0], _weights(layer), *self._flags())
         return y, (h,)
 
