@@ -279,11 +279,8 @@ class ActorCritic(nn.Module):
         PPO's ``loss.refresh_states`` calls it without gradients, in temporal mode."""
         inputs, state, is_init = self._read(td, temporal=True)
         x = self.encode(inputs)
-        out = {}
-        for torso in self.torsos:
-            _, nxt = torso(x, state, is_init, True, True)
-            out.update({k: s[-1] for k, s in nxt.items()})
-        return out
+        runs = Torso.run_many(self.torsos, x, state, is_init)  # actor and critic: one loop
+        return {k: s[-1] for _, nxt in runs for k, s in nxt.items()}
 
     def action_values(self, td: TensorDictBase, with_next: bool = False, need_states=False):
         """Q over a [T, B] window (the DQN loss's path): ``action_value`` [T, B, n]; with
