@@ -64,7 +64,12 @@ def _rollout_and_grads(run):
     return batch, terms, grads
 
 
-@pytest.mark.parametrize("overrides", [TINY_LSTM, TINY_MLP], ids=["lstm", "mlp"])
+# the LSTM case compiles its acting step with the memory in the graph: about a minute of
+# inductor on 2 cores, so it runs in the slow tier (CI runs both)
+@pytest.mark.parametrize(
+    "overrides",
+    [pytest.param(TINY_LSTM, id="lstm", marks=pytest.mark.slow), pytest.param(TINY_MLP, id="mlp")],
+)
 def test_compiled_run_matches_eager_rollout_terms_and_grads(overrides, aten_random):
     """The acting step compiled (both), the loss too (the MLP; with a memory it stays eager)."""
     cfg = make_cfg(*overrides)
