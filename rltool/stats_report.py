@@ -152,11 +152,17 @@ def _matches(s: Setting, spec: str) -> bool:
     values = dict(_rest(s))
     for part in spec.split("/"):
         key, sep, value = part.replace(":", "=", 1).partition("=")
-        if sep and values.get(key.strip()) != value.strip():
+        if sep and _word(values.get(key.strip(), "")) != _word(value):
             return False
-        if not sep and part.strip() not in values.values():
+        if not sep and _word(part) not in map(_word, values.values()):
             return False
     return True
+
+
+def _word(value: str) -> str:
+    """A setting's value as compared: true / True / TRUE are one value, as in a config."""
+    value = value.strip()
+    return value.lower() if value.lower() in ("true", "false") else value
 
 
 def _label(s: Setting) -> str:

@@ -53,6 +53,7 @@ def one(*argv: str) -> Every:
         ("keys=env,policy", "keys", ["env", "policy"]),  # Hydra's a,b: the same list
         ("keys=env", "keys", ["env"]),
         ("keys=[]", "keys", []),
+        ("keys=[true,False]", "keys", ["True", "False"]),  # a bool as a config writes it
         ("keys=", "keys", []),
         ("ids=[1,2]", "ids", [1, 2]),
         ("ids=range(100,103)", "ids", [100, 101, 102]),

@@ -191,6 +191,22 @@ def test_compare_per_task_and_over_tasks(tmp_path, capsys):
     assert " 0.00 " in capsys.readouterr().out.splitlines()[-1]
 
 
+def test_compare_of_a_bool_setting_in_any_spelling(tmp_path, capsys):
+    for n, (on, v) in enumerate([(True, 1.0)] * 3 + [(False, 0.0)] * 3):
+        make_run(tmp_path / str(n), "lstm", n % 3, [(500, v / 2), (1000, v)])
+        with (tmp_path / str(n) / "config.yaml").open("a") as f:
+            f.write(f"loss:\n  refresh_states: {str(on).lower()}\n")
+    by = "by=loss.refresh_states"
+    for spec in (
+        "[true,false]",
+        "[True,FALSE]",
+        "[loss.refresh_states:true,loss.refresh_states:False]",
+        "['loss.refresh_states=TRUE','loss.refresh_states=false']",
+    ):
+        assert main(["report", str(tmp_path), by, f"compare={spec}", REPS]) == 0, spec
+        assert " 1.00 " in capsys.readouterr().out.splitlines()[-1], spec
+
+
 def test_compare_naming_a_setting_that_is_not_there(tmp_path, capsys):
     root = sweep(tmp_path, FINALS)
     assert main(["report", str(root), "by=task,policy", "compare=[lstm,mlp]"]) == EXIT_USAGE

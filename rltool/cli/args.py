@@ -262,8 +262,8 @@ def _items(key: str, text: str, value) -> list:
 
 def _scalar(key: str, text: str, value, kind, whole=None) -> object:
     """``value`` as ``kind`` (an item of a list of type ``whole``)."""
-    if kind is str and isinstance(value, str | int | float) and not isinstance(value, bool):
-        return str(value)
+    if kind is str and isinstance(value, str | int | float):
+        return str(value)  # a bool as a config writes it: [true,false] -> ["True", "False"]
     if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, kind) and (kind is bool or not isinstance(value, bool)):
