@@ -192,7 +192,10 @@ def compare(
             raise UserError(f"compare: no setting is {spec!r}; the settings are: {known}")
     both = [(t, p["A"], p["B"]) for t, p in tasks.items() if "A" in p and "B" in p]
     if not both:
-        raise UserError(f"compare: {a!r} and {b!r} share no task (by= keys env, task, env.*)")
+        raise UserError(
+            f"compare: {a!r} and {b!r} share no task (by= keys env, task and env.* name it, "
+            "but env.num_envs and the env's other run settings)"
+        )
     out, notes, xs, ys = [], [], [], []
     for task, sa, sb in both:
         ba, bb = _budget(sa.runs), _budget(sb.runs)

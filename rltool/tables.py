@@ -46,8 +46,14 @@ def _budget(runs: list[RunInfo]) -> float:
 
 
 POPGYM, MINIGRID = "popgym", "minigrid"
-# keys that name the task, left out when POPGym settings are averaged over tasks
+# keys that name the task, left out when POPGym settings are averaged over tasks: env, task and
+# env.* but for those that say how the agent runs or sees the env, not which env it is
 _TASK_KEYS = ("env", "task")
+_RUN_ENV_KEYS = frozenset(
+    f"env.{k}"
+    for k in ("num_envs", "backend", "frame_stack", "normalize_obs", "normalize_obs_frames",
+              "normalize_reward", "clip_obs", "check", "action_mask")
+)  # fmt: skip
 BEST_NOTE = (
     "best greedy eval: each seed's best periodic evaluation (greedy actions), averaged over "
     "seeds; not POPGym's MMER (the best mean return of sampled training episodes) and not "
@@ -100,14 +106,14 @@ def rows(settings: list[Setting], goal: float | None = None) -> list[dict]:
 
 
 def _is_task_key(key: str) -> bool:
-    return key in _TASK_KEYS or key.startswith("env.")
+    return key in _TASK_KEYS or (key.startswith("env.") and key not in _RUN_ENV_KEYS)
 
 
 def popgym_means(settings: list[Setting], table: list[dict]) -> list[dict]:
     """One row per group of two or more POPGym settings that differ only in their task (the
-    ``env`` / ``task`` keys and ``env.*``; e.g. one per policy): the mean over tasks of their
-    final means, of their best evaluations and of their MMER. MiniGrid and other suites never
-    enter."""
+    ``env`` / ``task`` keys and ``env.*`` but ``_RUN_ENV_KEYS``; e.g. one per policy): the mean
+    over tasks of their final means, of their best evaluations and of their MMER. MiniGrid and
+    other suites never enter."""
     groups: dict[tuple, list[dict]] = {}
     for s, r in zip(settings, table, strict=False):
         if r["suite"] == POPGYM:

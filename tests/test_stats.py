@@ -207,6 +207,17 @@ def test_compare_of_a_bool_setting_in_any_spelling(tmp_path, capsys):
         assert " 1.00 " in capsys.readouterr().out.splitlines()[-1], spec
 
 
+def test_settings_that_differ_in_how_the_env_runs_share_their_task(tmp_path, capsys):
+    """env.num_envs is a setting (how the agent runs the env), env.id names the task."""
+    for n, (envs, v) in enumerate([(16, 1.0)] * 3 + [(8, 0.0)] * 3):
+        make_run(tmp_path / str(n), "lstm", n % 3, [(500, v / 2), (1000, v)])
+        cfg = tmp_path / str(n) / "config.yaml"
+        cfg.write_text(cfg.read_text().replace("env:\n", f"env:\n  num_envs: {envs}\n"))
+    assert main(["report", str(tmp_path), "by=env.id,env.num_envs", "compare=[16,8]", REPS]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("env.id=RepeatPreviousEasy") and " 1.00 " in last
+
+
 def test_compare_naming_a_setting_that_is_not_there(tmp_path, capsys):
     root = sweep(tmp_path, FINALS)
     assert main(["report", str(root), "by=task,policy", "compare=[lstm,mlp]"]) == EXIT_USAGE

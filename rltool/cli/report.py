@@ -66,8 +66,9 @@ class ReportArgs:
         metadata={
             "help": "compare=[A,B]: the probability that setting A improves on B, per task and "
             "over the tasks; A and B are values of the by= keys other than the task (env, task, "
-            "env.*): compare=[gru,mlp], or key:value parts joined by '/', compare=[policy:gru,"
-            "policy:mlp] (quoted, also key=value: compare=['policy=gru','policy=mlp'])"
+            "env.* but env.num_envs and other run settings): compare=[gru,mlp], or key:value "
+            "parts joined by '/', compare=[policy:gru,policy:mlp] (quoted, also key=value: "
+            "compare=['policy=gru','policy=mlp'])"
         },
     )
     reps: int = field(
