@@ -193,8 +193,8 @@ def compare(
     both = [(t, p["A"], p["B"]) for t, p in tasks.items() if "A" in p and "B" in p]
     if not both:
         raise UserError(
-            f"compare: {a!r} and {b!r} share no task (by= keys env, task and env.* name it, "
-            "but env.num_envs and the env's other run settings)"
+            f"compare: {a!r} and {b!r} share no task (a task is named by the by= keys env, "
+            "task and env.*, except env.num_envs and the env's other run settings)"
         )
     out, notes, xs, ys = [], [], [], []
     for task, sa, sb in both:
