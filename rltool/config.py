@@ -371,10 +371,14 @@ class DistributedConfig:
     # gradients all-reduced in buckets of this size (MB) as backward produces them, overlapping
     # the exchange with the rest of backward (as torch's DDP); null: one buffer after backward
     bucket_mb: float | None = None
+    # the one-buffer sum through /dev/shm where every rank is on this host and the gradients on
+    # the CPU (the same numbers, without gloo's sockets); off: gloo's all-reduce
+    shared_memory: str = "auto"
 
     def __post_init__(self):
         check(self.nproc_per_node >= 1, "distributed.nproc_per_node", self.nproc_per_node, ">= 1")
         check_choice("distributed.backend", self.backend, ("auto", "gloo", "nccl"))
+        check_choice("distributed.shared_memory", self.shared_memory, ("auto", "off"))
         check(self.timeout_s > 0, "distributed.timeout_s", self.timeout_s, "must be > 0")
         if self.sync_fraction is not None:
             check(

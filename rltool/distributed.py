@@ -7,8 +7,9 @@ process group (``torchrun``, Slurm, or ``rltool train distributed.nproc_per_node
 torch's elastic launcher itself: :mod:`rltool.cli.launch`):
 
 - gradients: one flat buffer per optimizer step, each rank's gradients weighted by its samples
-  (:meth:`Ranks.grad_hook`, called between backward and clipping), or with
-  ``distributed.bucket_mb`` buckets started while backward runs (:class:`Buckets`);
+  (:meth:`Ranks.grad_hook`, called between backward and clipping), summed through shared memory
+  where every rank is on one host (:mod:`rltool.shared_sum`), or with ``distributed.bucket_mb``
+  buckets started while backward runs (:class:`Buckets`);
 - frames: ``total_frames`` and the schedules count every rank's frames (:meth:`Ranks.frames`);
 - normalisation statistics: merged at every update with Chan's parallel update; each rank adds
   what it saw since the last merge (:meth:`Ranks.merge_stats`);
@@ -32,6 +33,7 @@ import torch.distributed as dist
 from rltool import _faults, algos
 from rltool.collectors.devices import DEVICE_KEYS, resolve_devices
 from rltool.errors import EXIT_PEER_LOST, RunStopped, UserError
+from rltool.shared_sum import open_shared_sum
 
 
 class Solo:
@@ -146,10 +148,12 @@ class Ranks(Solo):
         sync_fraction: float | None = None,
         split=1,
         bucket_mb: float | None = None,
+        shared_memory: str = "off",
     ):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.sync, self.split = sync_fraction, split  # split: minibatches a rollout makes
         self.bucket_mb, self.buckets = bucket_mb, None  # Buckets once attached (overlap on)
+        self.shared_memory, self.shared = shared_memory, None  # SharedSum once attached
         self.writer = self.rank == 0
         self.cpu = group  # gloo: counters, statistics, objects (NCCL only moves CUDA tensors)
         self.device = device  # where the gradients are reduced
@@ -196,8 +200,11 @@ class Ranks(Solo):
         if self.buckets is not None:  # started during backward: wait for them
             self.buckets.finish()
             return
-        flat, grads = self.weighted(params)
-        self._call(dist.all_reduce, flat)  # one flat buffer: sum of n_r * g_r, and sum of n_r
+        flat, grads = self.weighted(params)  # one flat buffer: sum of n_r * g_r, and sum of n_r
+        if self.shared is not None:
+            self.shared.sum_(flat)
+        else:
+            self._call(dist.all_reduce, flat)
         self.unpack(params, grads, flat)
 
     def weighted(self, params) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -271,12 +278,21 @@ class Ranks(Solo):
                 self._call(dist.broadcast, t.data, src=0)
         if self.world > 1 and self.bucket_mb is not None and self.buckets is None:
             self.buckets = Buckets(list(run.policy.parameters()), self.bucket_mb, self)
+        if self.world > 1 and self.buckets is None and self.shared is None:
+            self.shared = self._shared_sum(run.policy)
         stats = running_stats(run.env)
         if run.cfg.resume is None:  # each rank's envs were reset: merge from the statistics' start
             self._base = [_moments(type(s)(np.shape(s.mean))) for s in stats]
             self.merge_stats(run.env)
         else:  # loaded from the checkpoint: the same on every rank
             self._base = [_moments(s) for s in stats]
+
+    def _shared_sum(self, policy):
+        """The one-buffer sum through shared memory (``distributed.shared_memory=auto``) where
+        every rank is on this host and the gradients on the CPU; None: gloo's or NCCL's."""
+        if self.shared_memory != "auto" or self.device.type != "cpu":
+            return None
+        return open_shared_sum(self, sum(p.numel() for p in policy.parameters()) + 1)
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -326,7 +342,8 @@ def join(cfg) -> Ranks:
     group = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
     spec = algos.get(cfg.loss.name)
     split = spec.rollout_multiple(cfg) if spec.rollout_multiple else 1
-    return Ranks(group, device, cfg.distributed.sync_fraction, split, cfg.distributed.bucket_mb)
+    d = cfg.distributed
+    return Ranks(group, device, d.sync_fraction, split, d.bucket_mb, d.shared_memory)
 
 
 class Buckets:

@@ -99,6 +99,7 @@ def _step_worker(rank: int, port: int, out: str, *extra: str) -> None:
         "obs": batch["observation"],
         "early": early,
         "buckets": len(comm.buckets.buckets) if comm.buckets else 0,
+        "shared": comm.shared is not None,
     }
     torch.save(mine, f"{out}/rank{rank}.pt")
     comm.close()
@@ -109,7 +110,7 @@ def _sync_worker(rank: int, port: int, out: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RLTOOL_DIST_SLOW="1:0.05")
     torch.set_num_threads(1)
-    cfg = make_cfg(*SMALL, "distributed.sync_fraction=0.5")
+    cfg = make_cfg(*SMALL, "distributed.sync_fraction=0.5", "distributed.shared_memory=off")
     comm = distributed.join(cfg)
     run = train.build(cfg, None, comm)
     comm.attach(run)
@@ -121,7 +122,8 @@ def _sync_worker(rank: int, port: int, out: str) -> None:
         train.update(run, batch, 0.1 * i, totals[-1])
         lengths.append(batch.shape[0])
     flat = torch.cat([p.detach().reshape(-1) for p in run.policy.parameters()])
-    torch.save({"lengths": lengths, "totals": totals, "flat": flat}, f"{out}/rank{rank}.pt")
+    out_ = {"lengths": lengths, "totals": totals, "flat": flat, "shared": comm.shared is not None}
+    torch.save(out_, f"{out}/rank{rank}.pt")
     comm.close()
 
 
@@ -132,6 +134,7 @@ def test_a_straggler_is_cut_short_and_the_ranks_stay_identical(tmp_path):
     assert all(4 <= n < 16 for n in slow["lengths"])  # at least a quarter of its steps
     assert fast["totals"] == slow["totals"] == [(16 + n) * 8 for n in slow["lengths"]]
     assert torch.equal(fast["flat"], slow["flat"])
+    assert not fast["shared"] and not slow["shared"]  # gloo's all-reduce of one buffer
 
 
 @pytest.fixture(scope="module")
@@ -167,14 +170,34 @@ def bucketed(tmp_path_factory):
 
 
 def test_bucketed_all_reduce_during_backward_equals_one_buffer_after_it(two_ranks, bucketed):
+    """Also gloo against shared memory: the one buffer is summed through /dev/shm here."""
     for plain, buckets in zip(two_ranks, bucketed, strict=True):
         assert buckets["buckets"] > 2 and plain["buckets"] == 0
+        assert plain["shared"] and not buckets["shared"]
         assert len(buckets["early"]) >= 1 + 3 * 2 and all(n >= 1 for n in buckets["early"])
         # two ranks: each element is the same sum of the same two products, bit for bit
         for p, q in zip(plain["first"], buckets["first"], strict=True):
             assert torch.equal(p, q)
         assert torch.equal(plain["flat"], buckets["flat"])
     assert torch.equal(bucketed[0]["flat"], bucketed[1]["flat"])
+
+
+def test_no_room_in_dev_shm_falls_back_to_gloo_and_leaves_nothing(tmp_path, monkeypatch):
+    from rltool import shared_sum
+
+    monkeypatch.setattr(shared_sum, "SHM", str(tmp_path / "missing"))
+    assert shared_sum._create(1024) is None
+    monkeypatch.setattr(shared_sum, "SHM", str(tmp_path))
+    path = shared_sum._create(1024)
+    assert os.path.getsize(path) == 1024  # the pages reserved up front
+    os.unlink(path)
+
+    def full(fd, offset, size):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    assert shared_sum._create(1024) is None
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_parameters_and_statistics_stay_identical_across_ranks(two_ranks):
