@@ -21,8 +21,11 @@ the load average before and after, and the last line is the median ratio as ``N.
     python scripts/bench_distributed.py --bucket-mb 0.05    # + 2 ranks with distributed.bucket_mb
     python scripts/bench_distributed.py --pairs 1 --frames 4096 --envs 4   # a smoke test
     python scripts/bench_distributed.py --ceiling   # and two plain runs side by side, per pair
+    python scripts/bench_distributed.py --gloo      # and 2 ranks summing through gloo, per pair
 
-``--bucket-mb X`` adds a third run to each pair: 2 ranks whose gradients are all-reduced in
+Two ranks on one host sum their gradients through shared memory (``distributed.shared_memory``,
+on by default); ``--gloo`` adds a run to each pair that sums through gloo's all-reduce instead.
+``--bucket-mb X`` adds a run to each pair: 2 ranks whose gradients are all-reduced in
 buckets of X MB while backward runs (``distributed.bucket_mb``), against the 2 ranks of the same
 pair (one buffer after backward). ``--ceiling`` times what two processes get from the machine
 with no communication at all (two plain runs at once, their frames/s summed): the ratio two ranks
@@ -126,6 +129,9 @@ def pair(args, root: Path, n: int) -> dict[str, float]:
     """One pair's frames/s: 1 rank, 2 ranks, then what the options add, in that order."""
     out = {"1 rank": run(args, 1, root, f"ranks1-{n}")}
     out["2 ranks"] = run(args, 2, root, f"ranks2-{n}")
+    if args.gloo:
+        extra = ("distributed.shared_memory=off",)
+        out["2 ranks, gloo"] = run(args, 2, root, f"gloo-{n}", extra)
     if args.bucket_mb is not None:
         extra = (f"distributed.bucket_mb={args.bucket_mb}",)
         out["2 ranks, buckets"] = run(args, 2, root, f"buckets-{n}", extra)
@@ -137,6 +143,8 @@ def pair(args, root: Path, n: int) -> dict[str, float]:
 def ratios(row: dict[str, float]) -> dict[str, float]:
     """The ratios the table shows: each run over 1 rank, and the buckets over one buffer."""
     out = {f"{k} / 1": v / row["1 rank"] for k, v in row.items() if k != "1 rank"}
+    if "2 ranks, gloo" in row:
+        out["shared / gloo"] = row["2 ranks"] / row["2 ranks, gloo"]
     if "2 ranks, buckets" in row:
         out["buckets / one buffer"] = row["2 ranks, buckets"] / row["2 ranks"]
     return out
@@ -169,6 +177,11 @@ def main() -> None:
         "--bucket-mb",
         type=float,
         help="also time 2 ranks with distributed.bucket_mb=X (all-reduce during backward)",
+    )
+    parser.add_argument(
+        "--gloo",
+        action="store_true",
+        help="also time 2 ranks summing through gloo (distributed.shared_memory=off)",
     )
     parser.add_argument(
         "--ceiling",
