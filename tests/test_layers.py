@@ -48,6 +48,7 @@ LAYERS = {
     "rltool/hooks.py": RUN,  # what a caller of train() has called in the loop
     "rltool/api.py": RUN,  # the public Python API (rltool.train, resume, evaluate)
     "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)
+    "rltool/shared_sum.py": RUN,  # the ranks' gradient sum through /dev/shm
     "rltool/session.py": RUN,
     "rltool/checkpoint.py": RUN,
     "rltool/evaluation.py": RUN,
