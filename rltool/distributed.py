@@ -148,7 +148,8 @@ class Ranks(Solo):
         sync_fraction: float | None = None,
         split=1,
         bucket_mb: float | None = None,
-        shared_memory: str = "off",
+        *,
+        shared_memory: str,  # distributed.shared_memory (its default lives in the config)
     ):
         self.rank, self.world = dist.get_rank(), dist.get_world_size()
         self.sync, self.split = sync_fraction, split  # split: minibatches a rollout makes
@@ -343,7 +344,7 @@ def join(cfg) -> Ranks:
     spec = algos.get(cfg.loss.name)
     split = spec.rollout_multiple(cfg) if spec.rollout_multiple else 1
     d = cfg.distributed
-    return Ranks(group, device, d.sync_fraction, split, d.bucket_mb, d.shared_memory)
+    return Ranks(group, device, d.sync_fraction, split, d.bucket_mb, shared_memory=d.shared_memory)
 
 
 class Buckets:

@@ -53,10 +53,10 @@ class SharedSum:
     """Sums flat float32 CPU buffers of ``numel`` elements over the ranks of ``comm``."""
 
     def __init__(self, comm, path: str, numel: int):
-        self.comm, self.numel, self.turn = comm, numel, 0
+        self.comm, self.turn = comm, 0  # turn: the set of slots this sum writes
         size = 2 * comm.world * numel
-        self.slots = torch.from_file(path, shared=True, size=size, dtype=torch.float32)
-        self.slots = self.slots.view(2, comm.world, numel)
+        mapped = torch.from_file(path, shared=True, size=size, dtype=torch.float32)
+        self.slots = mapped.view(2, comm.world, numel)
         self.flag = torch.zeros(1)
 
     def sum_(self, flat: torch.Tensor) -> torch.Tensor:

@@ -122,8 +122,8 @@ def _sync_worker(rank: int, port: int, out: str) -> None:
         train.update(run, batch, 0.1 * i, totals[-1])
         lengths.append(batch.shape[0])
     flat = torch.cat([p.detach().reshape(-1) for p in run.policy.parameters()])
-    out_ = {"lengths": lengths, "totals": totals, "flat": flat, "shared": comm.shared is not None}
-    torch.save(out_, f"{out}/rank{rank}.pt")
+    saved = {"lengths": lengths, "totals": totals, "flat": flat, "shared": comm.shared is not None}
+    torch.save(saved, f"{out}/rank{rank}.pt")
     comm.close()
 
 
