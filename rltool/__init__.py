@@ -9,24 +9,45 @@ The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until
     policy, state = rltool.load_policy("runs/lstm")
 """
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The installed package's version (its one source: ``pyproject.toml``, through the package
+    metadata); ``0+unknown`` for a source tree on ``PYTHONPATH`` that was never installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rltool")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = _version()
 # training is ``fit``: ``rltool.train`` is the training loop's module (rltool/train.py)
-__all__ = ["Hooks", "compose", "evaluate", "fit", "load_policy", "resume", "saved_config"]
+__all__ = [
+    "Hooks",
+    "__version__",
+    "compose",
+    "evaluate",
+    "fit",
+    "load_policy",
+    "resume",
+    "saved_config",
+]
 
 _LAZY = {  # name -> its module, imported on first use
     "fit": "rltool.api",
     "resume": "rltool.api",
     "evaluate": "rltool.api",
     "saved_config": "rltool.api",
-    "load_policy": "rltool.inference",
-    "Hooks": "rltool.hooks",
+    "load_policy": "rltool.deploy.inference",
+    "Hooks": "rltool.run.hooks",
 }
 
 
 def compose(*overrides: str):
     """``cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm")``: the typed config
     (:class:`rltool.config.Config`) that ``rltool train`` would run with these overrides."""
-    from rltool.config_store import compose as _compose
+    from rltool.config.store import compose as _compose
 
     return _compose(*overrides)
 
@@ -37,3 +58,8 @@ def __getattr__(name: str):
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'rltool' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """Tab completion shows the public API, not only what is loaded so far."""
+    return sorted(set(globals()) | set(__all__))

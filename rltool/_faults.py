@@ -11,7 +11,8 @@ unless a test set one of these variables (in the environment of the process it s
 - ``RLTOOL_DIST_SLOW=<rank>:<seconds>``: that rank pauses after each env step at
   ``dist.env_step`` (a straggler, while ``distributed.sync_fraction`` is on);
 - ``RLTOOL_WRITE_FAULT=<ERRNO>[:<glob>][@<n>]``: ``write`` (every write into a run folder,
-  :mod:`rltool.writes` and the lock) raises ``OSError(ERRNO)`` (``ENOSPC``, ``EACCES``, ...) from
+  :mod:`rltool.runfolder.writes` and the lock) raises ``OSError(ERRNO)`` (``ENOSPC``, ``EACCES``,
+  ...) from
   the n-th write whose path matches ``glob`` (default ``*``, every path) on: a full disk stays
   full.
 

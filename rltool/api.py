@@ -11,7 +11,7 @@ a policy. Each call does what its command does, in this process (training is ``r
     policy, state = rltool.load_policy("runs/lstm")          # the policy for your own loop
 
 Bad input raises :class:`rltool.errors.UserError` (its message is the command's one line);
-``hooks`` (:class:`rltool.hooks.Hooks`) are called from the training loop, per call.
+``hooks`` (:class:`rltool.run.hooks.Hooks`) are called from the training loop, per call.
 """
 
 from __future__ import annotations
@@ -22,11 +22,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rltool import algos, layout, runlock
+from rltool import algos
 from rltool.config import Config
-from rltool.config_store import SAFE_KEYS, SCHEMAS, is_safe, read_saved, to_config
+from rltool.config.store import SAFE_KEYS, SCHEMAS, is_safe, read_saved, to_config
 from rltool.errors import UserError
-from rltool.hooks import Hooks
+from rltool.run.hooks import Hooks
+from rltool.runfolder import layout
+from rltool.runfolder import lock as runlock
 
 
 def fit(cfg: Config, run_dir: str | Path | None = None, *, hooks: Hooks | None = None) -> dict:
@@ -98,8 +100,8 @@ def evaluate(
     ``max_steps`` vector steps. ``video_episodes`` > 0 records that many of the first env into
     ``<run>/videos/``. Returns what ``rltool eval`` writes to ``eval.json``: the return and
     length statistics and every episode."""
-    from rltool.evaluation import run_episodes, summarize
-    from rltool.inference import restore
+    from rltool.deploy.inference import restore
+    from rltool.run.evaluation import run_episodes, summarize
 
     restored = restore(Path(run_dir), checkpoint)
     cfg = restored.config

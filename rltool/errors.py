@@ -48,7 +48,8 @@ class EnvError(Exception):
 class OSFault(Exception):
     """The OS refused to write the run folder (no space, over quota, no permission, a read-only
     file system): not rltool's fault nor the config's. One line naming the path and the fix (made
-    by :func:`rltool.writes.os_fault`); the OSError is the ``__cause__``. Exit ``EXIT_OS``."""
+    by :func:`rltool.runfolder.writes.os_fault`); the OSError is the ``__cause__``. Exit
+    ``EXIT_OS``."""
 
     exit_code = EXIT_OS
 

@@ -19,23 +19,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rltool import algos, layout
+from rltool import algos
 from rltool import keys as K
 from rltool.algos.base import Algorithm
 from rltool.collectors import Collector
 from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_devices
-from rltool.compile import compile_run
 from rltool.config import Config
-from rltool.distributed import SOLO, Solo
+from rltool.distributed.ranks import SOLO, Solo
 from rltool.envs import VectorEnv, make_env
-from rltool.evaluation import evaluate
-from rltool.guard import NonFiniteGuard
-from rltool.hooks import Hooks
 from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
-from rltool.optim import FlatAdam
-from rltool.session import Session
-from rltool.writes import write_text
+from rltool.optim.adam import FlatAdam
+from rltool.optim.guard import NonFiniteGuard
+from rltool.run.compile import compile_run
+from rltool.run.evaluation import evaluate
+from rltool.run.hooks import Hooks
+from rltool.run.session import Session
+from rltool.runfolder import layout
+from rltool.runfolder.writes import write_text
 
 
 def seed_everything(seed: int) -> None:
@@ -59,7 +60,7 @@ class Run:
     # called with the parameters after backward, before clipping (where gradients are averaged
     # across processes)
     grad_hook: Callable[[list[torch.nn.Parameter]], None] | None = None
-    comm: Solo = SOLO  # this process's rank among the run's processes (rltool/distributed.py)
+    comm: Solo = SOLO  # this process's rank among the run's processes (rltool/distributed/ranks.py)
 
 
 def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:

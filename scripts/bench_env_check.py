@@ -20,7 +20,7 @@ import torch
 
 import rltool
 from rltool.collectors import Collector
-from rltool.config_store import register_configs
+from rltool.config.store import register_configs
 from rltool.envs import make_env
 from rltool.modules import make_policy
 

@@ -29,7 +29,7 @@ from cpu_clock import train_cpu
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-from rltool.config_store import conf_dir, register_configs, to_config
+from rltool.config.store import conf_dir, register_configs, to_config
 from rltool.envs.factory import ATARI, resolve_id
 from rltool.modules import make_policy
 

@@ -1,6 +1,6 @@
 """PPO training speed and sample efficiency: rltool vs stable-baselines3 in the same run.
 
-Cases (same hyperparameters for both, printed side by side; same evaluator: rltool.evaluation):
+Cases (same hyperparameters for both, printed side by side; same evaluator: rltool.run.evaluation):
   mlp   CartPole-v1, rl-zoo's PPO settings; threshold 475            vs SB3 PPO
   lstm  CartPole-v1 without velocities, rl-zoo's RecurrentPPO settings; threshold 450
                                                                      vs sb3-contrib RecurrentPPO
@@ -35,10 +35,10 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from rltool import keys as K
-from rltool.config_store import conf_dir, register_configs, to_config
+from rltool.config.store import conf_dir, register_configs, to_config
 from rltool.envs import make_env
 from rltool.errors import RunStopped
-from rltool.evaluation import evaluate
+from rltool.run.evaluation import evaluate
 from rltool.specs import Spec
 from rltool.train import train
 

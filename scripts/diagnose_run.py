@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from rltool import keys as K
-from rltool.inference import LoadedPolicy, restore
+from rltool.deploy.inference import LoadedPolicy, restore
 
 X_LIMIT, THETA_LIMIT = 2.4, 12 * 2 * math.pi / 360
 

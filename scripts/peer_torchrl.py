@@ -13,7 +13,7 @@ The env side is rltool's, in numpy: CartPole-v1 without velocities (obs_keep), o
 normalised by running statistics frozen after ``normalize_obs_frames`` and clipped, rewards
 divided by the std of the discounted return (TorchRL's VecNorm scales rewards by their own std,
 which maps CartPole's constant reward to 0). Evaluation: greedy (the mode) over the same episode
-quotas and seeds as rltool.evaluation, with the training statistics frozen.
+quotas and seeds as rltool.run.evaluation, with the training statistics frozen.
 
 Needs torch, torchrl, tensordict and gymnasium only at run time: importing this file does not,
 so the settings test runs without the venv.
@@ -216,7 +216,7 @@ def make_train_env(s: Settings, lstms):
 
 @dataclasses.dataclass
 class Evaluator:
-    """rltool.evaluation's protocol: env i of the n = ``eval_episodes`` envs plays
+    """rltool.run.evaluation's protocol: env i of the n = ``eval_episodes`` envs plays
     (episodes + i) // n episodes, the first from reset(seed + i); greedy actions (the mode); the
     training statistics, frozen; raw rewards."""
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from cpu_clock import train_cpu
 from hydra import compose, initialize_config_dir
 
-from rltool.config_store import conf_dir, register_configs, to_config
+from rltool.config.store import conf_dir, register_configs, to_config
 
 
 def measure(task: str, policy: str, frames: int, eval_episodes: int) -> tuple[float, float]:

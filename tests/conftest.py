@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import rltool
-from rltool.config_store import register_configs
+from rltool.config.store import register_configs
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("WANDB_MODE", "disabled")

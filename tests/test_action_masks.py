@@ -21,10 +21,10 @@ from rltool.collectors import Collector
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.envs import make_env
 from rltool.errors import ConfigError, EnvError
-from rltool.evaluation import evaluate
 from rltool.losses import DQNLoss, PPOLoss, add_gae
 from rltool.modules import make_policy
 from rltool.modules.heads import CategoricalHead, MultiCategoricalHead, mask_logits, masked_max
+from rltool.run.evaluation import evaluate
 
 MEMORIES = ["mlp", "lstm", "gru", "mingru", "ffm", "trxl"]
 

@@ -15,7 +15,6 @@ import torch
 from conftest import metric_rows
 
 from rltool import _faults, algos
-from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.algos.base import Algorithm
 from rltool.config import (
@@ -32,6 +31,7 @@ from rltool.config import (
 )
 from rltool.errors import ConfigError
 from rltool.losses.reduction import reduce
+from rltool.run import checkpoint as ckpt
 from rltool.train import build, train, update
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,7 +190,7 @@ def test_its_config_is_checked_and_unknown_algorithms_are_one_line(reinforce):
 
 @pytest.mark.parametrize(
     "path",
-    ["rltool/train.py", "rltool/config.py", "rltool/session.py", "rltool/modules/factory.py"],
+    ["rltool/train.py", "rltool/config/", "rltool/run/session.py", "rltool/modules/factory.py"],
 )
 def test_the_run_files_never_name_an_algorithm(path):
     text = (ROOT / path).read_text()

@@ -10,8 +10,8 @@ import pytest
 from conftest import ROOT, TINY_EVAL, metric_rows
 
 import rltool
-from rltool import layout
 from rltool.errors import UserError
+from rltool.runfolder import layout
 
 TINY = ("env=cartpole_pomdp", "policy=gru", "total_frames=2048", "eval.every_frames=1024")
 TINY += tuple(TINY_EVAL)

@@ -9,10 +9,11 @@ import pytest
 import torch
 from conftest import make_cfg, metric_rows
 
-from rltool import checkpoint as ckpt
-from rltool import layout, load_policy
+from rltool import load_policy
+from rltool.deploy.inference import restore
 from rltool.errors import UserError
-from rltool.inference import restore
+from rltool.run import checkpoint as ckpt
+from rltool.runfolder import layout
 from rltool.train import train
 
 OVERRIDES = [

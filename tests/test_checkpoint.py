@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from rltool import _faults
-from rltool import checkpoint as ckpt
 from rltool.errors import UserError
+from rltool.run import checkpoint as ckpt
 
 
 def _writer(directory: Path, n: int, kill_at: str | None = None) -> int:

@@ -10,9 +10,9 @@ import shutil
 import pytest
 import torch
 
-from rltool import checkpoint as ckpt
 from rltool.cli import main
 from rltool.errors import EXIT_OK, EXIT_SOFTWARE, EXIT_USAGE
+from rltool.run import checkpoint as ckpt
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_a_checkpoint_of_another_layout_is_one_line_naming_the_entry(run, capsys
 
 
 def test_a_load_state_dict_that_raises_after_the_check_is_a_bug(run, capsys, monkeypatch):
-    from rltool.guard import NonFiniteGuard
+    from rltool.optim.guard import NonFiniteGuard
 
     def broken(self, state):
         raise KeyError("a bug in a load_state_dict")

@@ -115,7 +115,7 @@ def _options(group):
     """The real options of a config group: its YAML files (the schemas are registered in code)."""
     from pathlib import Path
 
-    from rltool.config_store import conf_dir
+    from rltool.config.store import conf_dir
 
     return ", ".join(sorted(p.stem for p in (Path(conf_dir()) / group).glob("*.yaml")))
 

@@ -15,7 +15,7 @@ from rltool.cli.report import ReportArgs
 from rltool.cli.tune import Options as TuneArgs
 from rltool.cli.tune import parse as tune_parse
 from rltool.errors import EXIT_USAGE, UserError
-from rltool.tune import study as st
+from rltool.sweeps.tune import study as st
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""compile=true (rltool/compile.py): the compiled acting step and loss give eager's rollouts,
+"""compile=true (rltool/run/compile.py): the compiled acting step and loss give eager's rollouts,
 terms and gradients; checkpoints cross between compiled and eager runs; a failing compiler
 falls back to eager with one warning. Tiny models (compiling is the slow part)."""
 
@@ -10,14 +10,14 @@ import torch._inductor.config as inductor_config
 from conftest import make_cfg
 from torch._dynamo.testing import CompileCounter
 
-from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.api import fit, resume
-from rltool.compile import Compiled, compile_run
 from rltool.data import minibatches
 from rltool.errors import ConfigError
 from rltool.losses import add_gae
 from rltool.modules.heads import CategoricalHead
+from rltool.run import checkpoint as ckpt
+from rltool.run.compile import Compiled, compile_run
 from rltool.train import build
 
 # an LSTM on the counting env: episodes of 3 steps (resets inside every rollout), 8 x 2 frames

@@ -8,7 +8,7 @@ import pytest
 from conftest import ROOT, make_cfg
 from omegaconf import OmegaConf
 
-from rltool.config_store import NOT_GROUPS
+from rltool.config.store import NOT_GROUPS
 from rltool.errors import ConfigError
 
 GROUPS = sorted(
@@ -135,7 +135,7 @@ def test_bad_values_are_config_errors(override, match):
 
 
 def test_conf_dir_is_the_top_level_conf_in_a_checkout():
-    from rltool.config_store import conf_dir
+    from rltool.config.store import conf_dir
 
     assert Path(conf_dir()) == ROOT / "conf"
 

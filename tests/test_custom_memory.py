@@ -12,11 +12,11 @@ from custom_memory import TinyGatedRNN
 from omegaconf import OmegaConf
 
 import rltool
-from rltool import checkpoint as ckpt
 from rltool import memories
 from rltool.cli import main
 from rltool.config import PolicyConfig
 from rltool.errors import ConfigError
+from rltool.run import checkpoint as ckpt
 from rltool.train import train
 
 KIND = "custom_memory:tiny"

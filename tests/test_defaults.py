@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 import rltool
 from rltool import algos, memories
 from rltool.config import Config
-from rltool.config_store import SCHEMAS, flatten, options
+from rltool.config.store import SCHEMAS, flatten, options
 from rltool.errors import ConfigError
 
 

@@ -1,4 +1,5 @@
-"""Data-parallel PPO (rltool/distributed.py, rltool/cli/launch.py): CPU, gloo, two processes."""
+"""Data-parallel PPO (rltool/distributed/ranks.py, rltool/cli/launch.py): CPU, gloo, two
+processes."""
 
 import os
 import socket
@@ -12,8 +13,9 @@ import torch
 import torch.multiprocessing as mp
 from conftest import cli_env, make_cfg, metric_rows, run_cli, submitit_local
 
-from rltool import distributed, train
+from rltool import train
 from rltool.cli.launch import from_slurm
+from rltool.distributed import ranks as distributed
 from rltool.envs.normalize import RunningMeanStd
 
 # small and fast: 8 envs x 16 steps, statistics merged (observations and rewards)
@@ -183,7 +185,7 @@ def test_bucketed_all_reduce_during_backward_equals_one_buffer_after_it(two_rank
 
 
 def test_no_room_in_dev_shm_falls_back_to_gloo_and_leaves_nothing(tmp_path, monkeypatch):
-    from rltool import shared_sum
+    from rltool.distributed import shared_sum
 
     monkeypatch.setattr(shared_sum, "SHM", str(tmp_path / "missing"))
     assert shared_sum._create(1024) is None

@@ -12,10 +12,10 @@ from conftest import TINY_EVAL, metric_rows
 from tensordict import TensorDict
 
 import rltool as rltool_lib
-from rltool import checkpoint as ckpt
-from rltool import layout
 from rltool.cli import main
 from rltool.losses import linear_schedule
+from rltool.run import checkpoint as ckpt
+from rltool.runfolder import layout
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ of updates."""
 import pytest
 from hydra import compose, initialize_config_dir
 
-from rltool.config_store import conf_dir, to_config
+from rltool.config.store import conf_dir, to_config
 from rltool.train import train
 
 

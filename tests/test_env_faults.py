@@ -11,11 +11,11 @@ import torch
 from conftest import make_cfg
 
 import rltool
-from rltool import checkpoint as ckpt
 from rltool.config import EnvConfig
 from rltool.envs import make_env
 from rltool.envs.faults import AUTO_STEPS, off_space
 from rltool.errors import EXIT_ENV, ConfigError, EnvError
+from rltool.run import checkpoint as ckpt
 from rltool.train import train
 
 FAULTS = [  # (env id, kwargs, the message after "env <id>, env <i>, step 5: ")

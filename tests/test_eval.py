@@ -15,11 +15,11 @@ import torch
 import rltool
 from rltool.cli import main
 from rltool.config import EnvConfig, PolicyConfig
+from rltool.deploy.inference import restore
 from rltool.envs import make_env
 from rltool.errors import UserError
-from rltool.evaluation import evaluate, run_episodes
-from rltool.inference import restore
 from rltool.modules import make_policy
+from rltool.run.evaluation import evaluate, run_episodes
 
 
 class FixedLength(gym.Env):

@@ -8,13 +8,14 @@ import pytest
 import torch
 from conftest import make_cfg, metric_rows
 
-from rltool import errors, evaluation
+from rltool import errors
 from rltool.collectors import Collector
 from rltool.config import EnvConfig, EvalConfig, PolicyConfig
 from rltool.envs import make_env
 from rltool.errors import ConfigError
-from rltool.evaluation import DEFAULT_EPISODE_STEPS, episode_cap, evaluate, play
 from rltool.modules import make_policy
+from rltool.run import evaluation
+from rltool.run.evaluation import DEFAULT_EPISODE_STEPS, episode_cap, evaluate, play
 from rltool.train import train
 
 WARNING = (

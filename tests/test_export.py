@@ -20,8 +20,8 @@ from conftest import ROOT, cli_env
 
 import rltool
 from rltool.cli import main
+from rltool.deploy.export import METADATA, export_policy
 from rltool.errors import UserError
-from rltool.export import METADATA, export_policy
 
 TINY = [
     "total_frames=512",

@@ -11,7 +11,7 @@ from conftest import make_cfg
 
 from rltool.cli import main
 from rltool.errors import EXIT_OK, EXIT_USAGE
-from rltool.hooks import Hooks
+from rltool.run.hooks import Hooks
 from rltool.train import train
 
 TINY = ("env=cartpole", "total_frames=1024", "eval.every_frames=256", "logger.progress=none")

@@ -1,7 +1,8 @@
 """The layers of docs/design.md, checked on the source: every module under rltool/ is read with
 ``ast`` (module-level and function-level imports, ``import x`` and ``from x import y``, relative
 imports resolved) and may import only from its own layer and those below. A module in no layer
-fails too: a new file must be placed in one (here and in docs/design.md)."""
+fails too: a new file must be placed in one (rltool/layers.py, the one table; docs/design.md's
+copy is generated from it)."""
 
 from __future__ import annotations
 
@@ -12,59 +13,13 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-BASE, CONFIG, COMPONENTS, ALGORITHMS, RUN, COMMANDS = range(6)
-NAMES = ("base", "config", "components", "algorithms", "run", "commands")
+from rltool import layers
 
-# path in the repository -> layer. A trailing / takes a folder and everything in it, `*` is any one
-# path part; the most specific entry wins (more parts, then fewer `*`, then a file over a folder).
-LAYERS = {
-    "rltool/keys.py": BASE,
-    "rltool/specs.py": BASE,
-    "rltool/errors.py": BASE,
-    "rltool/layout.py": BASE,  # run-folder file names
-    "rltool/scan.py": BASE,
-    "rltool/runlock.py": BASE,  # the run folder's writer lock
-    "rltool/_faults.py": BASE,  # fault injection for tests (kill, hang, slow at named points)
-    "rltool/writes.py": BASE,  # run-folder writes: atomic, OS refusals named (OSFault)
-    "rltool/config.py": CONFIG,
-    "rltool/config_store.py": CONFIG,  # the ConfigStore, conf/, to_config, resume-safe keys
-    "rltool/algos/__init__.py": CONFIG,  # the registry
-    "rltool/memories.py": CONFIG,  # the memory registry: names, config schemas, lazy classes
-    "rltool/algos/*/__init__.py": CONFIG,  # an algorithm's registration
-    "rltool/algos/*/config.py": CONFIG,
-    "rltool/envs/": COMPONENTS,
-    "rltool/modules/": COMPONENTS,
-    "rltool/collectors/": COMPONENTS,
-    "rltool/losses/": COMPONENTS,
-    "rltool/data/": COMPONENTS,
-    "rltool/logging/": COMPONENTS,
-    "rltool/guard.py": COMPONENTS,
-    "rltool/optim.py": COMPONENTS,
-    "rltool/algos/base.py": ALGORITHMS,
-    "rltool/algos/*/algorithm.py": ALGORITHMS,
-    "rltool/__init__.py": RUN,  # rltool.load_policy, imported lazily from rltool.inference
-    "rltool/train.py": RUN,
-    "rltool/compile.py": RUN,  # compile=true: the acting step and the loss under torch.compile
-    "rltool/hooks.py": RUN,  # what a caller of train() has called in the loop
-    "rltool/api.py": RUN,  # the public Python API (rltool.train, resume, evaluate)
-    "rltool/distributed.py": RUN,  # data-parallel ranks (torch.distributed)
-    "rltool/shared_sum.py": RUN,  # the ranks' gradient sum through /dev/shm
-    "rltool/session.py": RUN,
-    "rltool/checkpoint.py": RUN,
-    "rltool/evaluation.py": RUN,
-    "rltool/inference.py": RUN,
-    "rltool/export.py": RUN,  # a policy as one ONNX / torch.export file (rltool export)
-    "rltool/sweep.py": RUN,
-    "rltool/results.py": RUN,
-    "rltool/tables.py": RUN,
-    "rltool/stats.py": RUN,  # interval estimates (rliable), MMER, frames to a goal
-    "rltool/stats_report.py": RUN,  # report's stats=true and compare= rows
-    "rltool/tune/": RUN,  # rltool tune's library: search spaces, objective, study, pruning
-    "rltool/cli/": COMMANDS,
-    "rltool/__main__.py": COMMANDS,  # python -m rltool
-}
-# components that never import an algorithm, not even the registry below them
-PURE = ("rltool/envs/", "rltool/modules/", "rltool/collectors/", "rltool/losses/", "rltool/data/")
+NAMES = layers.NAMES
+BASE, CONFIG, COMPONENTS, ALGORITHMS, RUN, COMMANDS = range(len(NAMES))
+# path in the repository -> layer index, from the one table (rltool/layers.py)
+LAYERS = {path: NAMES.index(name) for path, name in layers.PLACES.items()}
+PURE = layers.PURE
 NO_TORCH = ("torch", "tensordict")  # the config layer composes configs without them
 
 
@@ -137,7 +92,7 @@ def violations(root: Path, layers: dict[str, int] = LAYERS) -> list[str]:
     for path in files:
         own = layer_of(path, layers)
         if own is None:
-            found.append(f"{path} is in no layer: place it in LAYERS (tests/test_layers.py)")
+            found.append(f"{path} is in no layer: place it in PLACES (rltool/layers.py)")
             continue
         name = module_name(path)
         for line, target in imports(path, root):
@@ -226,7 +181,7 @@ def test_unplaced_modules_and_torch_in_config_are_named(tmp_path):
         tmp_path,
         {
             "rltool/__init__.py": "",
-            "rltool/config.py": "def f():\n    import torch\n",
+            "rltool/config/__init__.py": "def f():\n    import torch\n",
             "rltool/stray.py": "",
             "rltool/cli/__init__.py": "from rltool.train import train\nfrom . import report\n",
             "rltool/cli/report.py": "",
@@ -236,6 +191,6 @@ def test_unplaced_modules_and_torch_in_config_are_named(tmp_path):
     )
     found = violations(root)
     assert found == [
-        "rltool/config.py:2 (config) imports torch: the config layer imports no torch",
-        "rltool/stray.py is in no layer: place it in LAYERS (tests/test_layers.py)",
+        "rltool/config/__init__.py:2 (config) imports torch: the config layer imports no torch",
+        "rltool/stray.py is in no layer: place it in PLACES (rltool/layers.py)",
     ]

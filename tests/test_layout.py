@@ -1,4 +1,5 @@
-"""The run folder's layout (rltool.layout): the names every writer and reader uses, and readers
+"""The run folder's layout (rltool.runfolder.layout): the names every writer and reader uses, and
+readers
 that find the metrics file by the run's configured logger.csv.filename."""
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from rltool import checkpoint as ckpt
-from rltool import layout
+from rltool.analysis.results import eval_curve, find_runs, group_runs
+from rltool.analysis.tables import rows
 from rltool.cli import main
-from rltool.layout import RunFolder
-from rltool.results import eval_curve, find_runs, group_runs
-from rltool.tables import rows
+from rltool.run import checkpoint as ckpt
+from rltool.runfolder import layout
+from rltool.runfolder.layout import RunFolder
 
 # 2 updates of 128 frames, evaluated twice on 2 episodes
 TINY = [
@@ -53,7 +54,9 @@ def test_run_folder_names():
 
 
 def test_layout_imports_nothing_heavy():
-    code = "import sys, rltool.layout; print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    code = (
+        "import sys, rltool.runfolder.layout; print(sorted({'torch', 'hydra'} & set(sys.modules)))"
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env

@@ -13,10 +13,10 @@ from conftest import ROOT, metric_rows, run_cli
 from omegaconf import OmegaConf
 
 import rltool
-from rltool import checkpoint as ckpt
 from rltool.cli import main
 from rltool.errors import EXIT_USAGE, ConfigError
 from rltool.memories import MOVED, migrate
+from rltool.run import checkpoint as ckpt
 
 DATA = ROOT / "tests" / "data" / "legacy_runs"
 # each fixture's memory keys, as the old code ran them (trace_size: ffm.yaml's 32, not 8 // 2)

@@ -102,7 +102,7 @@ def test_online_without_key_or_network_falls_back_to_offline(tmp_path, monkeypat
 def test_logger_options_combine_in_any_order():
     from hydra import compose, initialize_config_dir
 
-    from rltool.config_store import conf_dir
+    from rltool.config.store import conf_dir
 
     with initialize_config_dir(config_dir=conf_dir(), version_base="1.3"):
         for opts in ("[csv,wandb,tensorboard]", "[tensorboard,wandb,csv]", "[wandb,tensorboard]"):

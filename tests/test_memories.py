@@ -19,8 +19,8 @@ from rltool.modules.ffm import FFMModule
 from rltool.modules.mingru import MinGRUModule
 from rltool.modules.recurrent import recurrent_mode
 from rltool.modules.registry import build_memory
+from rltool.modules.scan import chunked_scan
 from rltool.modules.trxl import TrXLModule
-from rltool.scan import chunked_scan
 
 T, LEAD, F, H = 12, (2, 4), 3, 8
 TOL = dict(rtol=0, atol=1e-8)

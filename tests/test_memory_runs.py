@@ -13,9 +13,9 @@ import pytest
 from conftest import TINY_EVAL, metric_rows, run_cli
 
 import rltool
-from rltool import checkpoint as ckpt
 from rltool import keys as K
 from rltool.cli import main
+from rltool.run import checkpoint as ckpt
 
 KINDS = ["mingru", "ffm", "trxl"]
 PPO = [

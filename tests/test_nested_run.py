@@ -15,14 +15,14 @@ import torch
 from conftest import metric_rows, run_cli
 
 import rltool
-from rltool import checkpoint as ckpt
 from rltool.cli import main
 from rltool.config import EnvConfig, PolicyConfig
+from rltool.deploy.inference import restore
 from rltool.envs import make_env
 from rltool.errors import ConfigError
-from rltool.evaluation import run_episodes
-from rltool.inference import restore
 from rltool.modules import make_policy
+from rltool.run import checkpoint as ckpt
+from rltool.run.evaluation import run_episodes
 
 ARGS = [
     "train",

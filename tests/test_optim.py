@@ -1,4 +1,5 @@
-"""FlatAdam (rltool/optim.py) against torch's foreach Adam: the same parameters to the bit, in a
+"""FlatAdam (rltool/optim/adam.py) against torch's foreach Adam: the same parameters to the bit, in
+a
 run (PPO with a CNN + LSTM on a Dict observation, recurrent DQN with its target network) and op
 by op; state dicts that load either way; the per-tensor path where a gradient is missing."""
 
@@ -9,9 +10,9 @@ import torch
 from conftest import make_cfg, metric_rows
 
 import rltool.train as train_module
-from rltool import checkpoint as ckpt
-from rltool import layout
-from rltool.optim import FlatAdam
+from rltool.optim.adam import FlatAdam
+from rltool.run import checkpoint as ckpt
+from rltool.runfolder import layout
 
 NESTED = [
     "env=gym",

@@ -9,8 +9,8 @@ from conftest import make_cfg
 from tensordict import TensorDict
 
 from rltool import keys as K
-from rltool.guard import NonFiniteGuard
 from rltool.losses import PPOLoss
+from rltool.optim.guard import NonFiniteGuard
 from rltool.train import gradient_step
 
 

@@ -13,7 +13,7 @@ from conftest import make_cfg, metric_rows
 from rltool import errors
 from rltool.cli import main
 from rltool.config import EnvConfig
-from rltool.config_store import conf_dir
+from rltool.config.store import conf_dir
 from rltool.envs import factory
 from rltool.envs.factory import resolve_id
 from rltool.errors import ConfigError

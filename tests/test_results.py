@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
+from rltool.analysis.results import find_runs, group_runs
+from rltool.analysis.tables import population, rows
 from rltool.cli import main
-from rltool.results import find_runs, group_runs
-from rltool.tables import population, rows
 
 
 def make_run(path, env, policy, seed, final, best=None, evals=None, frames=100_000):

@@ -13,8 +13,8 @@ import pytest
 import torch
 from conftest import TINY_EVAL, metric_rows, start_cli
 
-from rltool import checkpoint as ckpt
 from rltool.cli import main
+from rltool.run import checkpoint as ckpt
 
 # PPO-LSTM on the masked CartPole: 8 envs x 32 steps per batch, episodes cross batches
 LSTM = [

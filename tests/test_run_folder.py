@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import cli_env, run_cli, start_cli
 
-from rltool import runlock
 from rltool.cli import main
 from rltool.errors import EXIT_OK, EXIT_USAGE
+from rltool.runfolder import lock as runlock
 
 TINY = ["total_frames=256", "eval.episodes=2", "loss.epochs=1", "logger.progress=none"]
 

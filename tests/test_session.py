@@ -13,7 +13,6 @@ import torch
 from conftest import metric_rows
 
 from rltool import _faults, errors
-from rltool import checkpoint as ckpt
 from rltool.algos.ppo.config import PPOConfig
 from rltool.config import (
     CheckpointConfig,
@@ -27,8 +26,9 @@ from rltool.config import (
 )
 from rltool.envs.vector import VectorEnv
 from rltool.errors import EXIT_DIVERGED, RunStopped
-from rltool.guard import NonFiniteGuard
-from rltool.session import Counters, Session, progress
+from rltool.optim.guard import NonFiniteGuard
+from rltool.run import checkpoint as ckpt
+from rltool.run.session import Counters, Session, progress
 from rltool.train import build, gradient_step, train
 
 

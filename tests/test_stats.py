@@ -11,10 +11,10 @@ import math
 import numpy as np
 import pytest
 
-from rltool import stats
+from rltool.analysis import stats
+from rltool.analysis.results import find_runs, group_runs
 from rltool.cli import main
 from rltool.errors import EXIT_USAGE
-from rltool.results import find_runs, group_runs
 
 # rltool[stats] (in the test extra): a missing rliable fails these tests, it never skips them;
 # imported through rltool, which keeps absl's log handler off pytest's capture
@@ -246,7 +246,7 @@ def test_mmer_column_in_a_suite_report(tmp_path, capsys):
     eps = [(500, 0.2)] * 100 + [(1000, 0.6)] * 100
     for seed in range(2):
         make_run(tmp_path / str(seed), "gru", seed, [(1000, 0.5)], episodes=eps)
-    table = __import__("rltool.tables", fromlist=["rows"]).rows(
+    table = __import__("rltool.analysis.tables", fromlist=["rows"]).rows(
         group_runs(find_runs([str(tmp_path)]), ["task", "policy"])
     )
     assert table[0]["mmer"] == pytest.approx(0.6)

@@ -9,10 +9,10 @@ import math
 
 import pytest
 
+from rltool.analysis.results import find_runs, group_runs
+from rltool.analysis.tables import rows
 from rltool.cli import main
-from rltool.evaluation import summarize
-from rltool.results import find_runs, group_runs
-from rltool.tables import rows
+from rltool.run.evaluation import summarize
 
 # task -> suite, policy -> final evals of seeds 0, 1
 FINALS = {

@@ -14,9 +14,9 @@ import pytest
 from conftest import metric_rows, start_cli, submitit_local
 from wandb_records import run_record
 
+from rltool.analysis.results import band, find_runs, group_runs
+from rltool.analysis.tables import rows
 from rltool.cli import main
-from rltool.results import band, find_runs, group_runs
-from rltool.tables import rows
 
 # a tiny budget: 2 updates of 128 frames, evaluated twice on 2 episodes
 BASE = [
@@ -202,7 +202,7 @@ def test_band_interpolates_over_the_common_range():
 
 def test_run_job_statuses_for_stops_and_signals(tmp_path):
     from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError
-    from rltool.sweep import Command, Job, read_status, run_job
+    from rltool.sweeps.jobs import Command, Job, read_status, run_job
 
     def stop(code):
         def fn(resume):

@@ -20,12 +20,12 @@ from conftest import CLI_PYTHONPATH, make_cfg, start_cli
 from fake_envs import QuadraticEnv
 from omegaconf import OmegaConf
 
+from rltool.analysis.results import find_runs, group_runs
+from rltool.analysis.tables import rows
 from rltool.cli import main
-from rltool.results import find_runs, group_runs
-from rltool.tables import rows
-from rltool.tune import results
-from rltool.tune import space as sp
-from rltool.tune import study as st
+from rltool.sweeps.tune import results
+from rltool.sweeps.tune import space as sp
+from rltool.sweeps.tune import study as st
 
 KEY = "env.kwargs.x"
 # 2 updates of 32 frames: a periodic evaluation at 32 (reported to the pruner), the final at 64
@@ -234,7 +234,7 @@ def test_a_trial_process_that_ends_without_a_result_stops_the_search_with_its_li
 ):
     """A trial's process that exits (not stopped) before its jobs wrote a status: one line, the
     trial's last output line and its log, exit 2; the trial stays running for a rerun."""
-    from rltool.tune import pool
+    from rltool.sweeps.tune import pool
 
     def broken(self, number, argv):
         self.logs.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,8 @@ class AlgoSpec:
     ``"module:Class"`` to import it lazily. ``check(cfg)``: validation of the whole config (raises
     ConfigError), run after every group's own checks. ``data_parallel``: its gradient steps may be
     averaged across ranks (every rank takes the same steps on its own rollout; see
-    ``rltool/distributed.py``). ``rollout_multiple(cfg)``: what a rollout's frame count must be a
+    ``rltool/distributed/ranks.py``). ``rollout_multiple(cfg)``: what a rollout's frame count must
+    be a
     multiple of when a distributed rank cuts it short (its minibatch split; None: 1)."""
 
     name: str

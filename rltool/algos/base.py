@@ -31,7 +31,7 @@ class Algorithm:
 
     def state_parts(self) -> tuple[dict, dict]:
         """What a checkpoint holds besides the shared parts: (stateful objects by name, folder
-        savers by name); see :mod:`rltool.checkpoint` for the two protocols."""
+        savers by name); see :mod:`rltool.run.checkpoint` for the two protocols."""
         return {}, {}
 
     def close(self) -> None:

@@ -75,7 +75,7 @@ COMMANDS = {
 }
 
 USAGE = (
-    "usage: rltool <command> [key=value ...] [--debug]\n\ncommands:\n"
+    "usage: rltool <command> [key=value ...] [--debug]   |   rltool --version\n\ncommands:\n"
     + "".join(f"  {name:<8} {help_}\n" for name, (_, help_) in COMMANDS.items())
     + "\nrltool <command> --help lists its options (train: its config groups and keys)."
 )
@@ -128,6 +128,11 @@ def _main(argv: list[str] | None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
+    if argv[0] == "--version":
+        from rltool import __version__
+
+        print(f"rltool {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(
@@ -160,7 +165,7 @@ def _main(argv: list[str] | None) -> int:
         if _bad_input(e):
             print(f"rltool {name}: error: {one_line(e)}", file=stderr)
             return EXIT_USAGE
-        from rltool.writes import os_fault
+        from rltool.runfolder.writes import os_fault
 
         fault = os_fault(e)  # an OS refusal raised outside rltool's writers
         if fault is not None:

@@ -2,7 +2,7 @@
 
 Loads the latest checkpoint (or ``checkpoint=<name>``; ``checkpoint=best``: the policy of the
 best evaluation during training) safely, runs the evaluation protocol of
-:mod:`rltool.evaluation` (exploit, sequential recurrent state, frozen normalisation), prints the
+:mod:`rltool.run.evaluation` (exploit, sequential recurrent state, frozen normalisation), prints the
 return and length statistics and writes them, with every episode, to ``<run>/eval.json``.
 ``video=true`` records episodes of the first env with gymnasium's RecordVideo (rgb_array envs;
 needs moviepy and, for the classic-control envs, pygame: ``pip install 'rltool[video]'``).
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from rltool.cli.args import help_text, parse, wants_help
 from rltool.errors import OSFault, UserError
-from rltool.layout import RunFolder
-from rltool.writes import check_writable, write_text
+from rltool.runfolder.layout import RunFolder
+from rltool.runfolder.writes import check_writable, write_text
 
 
 def _opt(default, help_: str, **more):

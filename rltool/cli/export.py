@@ -1,5 +1,6 @@
 """``rltool export run=<dir> [checkpoint=best] format=onnx|pt2 [out=...] [outputs=full]``: the
-run's policy as one file that runs without rltool (:mod:`rltool.export`: the I/O contract)."""
+run's policy as one file that runs without rltool (:mod:`rltool.deploy.export`: the I/O
+contract)."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def main(argv: list[str]) -> int:
         print(help_text(ExportArgs, USAGE, ABOUT))
         return 0
     a = parse(ExportArgs, argv, "export")
-    from rltool.export import export_policy
+    from rltool.deploy.export import export_policy
 
     # torch's exporters log every op set they skip (torchvision's): not the user's business
     quiet = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._export")]

@@ -105,7 +105,7 @@ def nproc(args: list[str]) -> int:
         return 1
     from hydra import compose, initialize_config_dir
 
-    from rltool.config_store import conf_dir, to_config
+    from rltool.config.store import conf_dir, to_config
 
     own = [a for a in args if not a.startswith("-") and not _hydra_only(a)]
     with initialize_config_dir(conf_dir(), version_base="1.3"):

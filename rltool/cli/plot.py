@@ -10,11 +10,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rltool.analysis.results import Setting, band, eval_curve, find_runs, group_runs
 from rltool.cli.args import help_text, parse, wants_help
 from rltool.cli.report import FOLDERS_HELP, warn_mixed, warn_unreadable
 from rltool.errors import UserError
-from rltool.results import Setting, band, eval_curve, find_runs, group_runs
-from rltool.tune.study import is_study
+from rltool.sweeps.tune.study import is_study
 
 
 def _opt(default, help_: str, **more):

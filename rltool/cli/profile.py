@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rltool import stats
+from rltool.analysis import stats
+from rltool.analysis.results import RunInfo, group_runs
+from rltool.analysis.tables import _budget, short_frames
 from rltool.errors import UserError
-from rltool.results import RunInfo, group_runs
-from rltool.tables import _budget, short_frames
 
 
 def _score(r: RunInfo, normalise: bool) -> float:

@@ -1,10 +1,11 @@
 """``rltool report <folders...> [by=[k,...]] [goal=G] [format=table|markdown|csv]``: one row per
-setting of the runs found in run or sweep folders (see :mod:`rltool.results`): the frame budget,
+setting of the runs found in run or sweep folders (see :mod:`rltool.analysis.results`): the frame
+budget,
 the final evaluations over seeds (mean, min, 10th percentile, median, max), how many seeds reach
 the goal, and the mean over seeds of each seed's best periodic evaluation ("best greedy eval":
 the best of greedy evaluations along the way, not the final policy's, and not POPGym's MMER).
 POPGym settings get an aggregate row per policy, MiniGrid's a success column
-(:mod:`rltool.tables`)."""
+(:mod:`rltool.analysis.tables`)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ import math
 import sys
 from dataclasses import dataclass, field
 
-from rltool import stats
+from rltool.analysis import stats
+from rltool.analysis.results import find_runs, group_runs, mixed
+from rltool.analysis.stats_report import add_intervals, compare, normalised_rows
+from rltool.analysis.tables import _fmt, format_table, grid, rows
 from rltool.cli.args import help_text, parse, wants_help
 from rltool.errors import UserError
-from rltool.results import find_runs, group_runs, mixed
-from rltool.stats_report import add_intervals, compare, normalised_rows
-from rltool.tables import _fmt, format_table, grid, rows
-from rltool.tune.study import is_study
+from rltool.sweeps.tune.study import is_study
 
 
 def warn_unreadable(cmd: str, unreadable) -> None:
@@ -101,7 +102,7 @@ def report_main(argv: list[str]) -> int:
         return 0
     a = parse(ReportArgs, argv, "report")
     if len(a.folders) == 1 and is_study(a.folders[0]):  # rltool tune's study folder: its trials
-        from rltool.tune import results
+        from rltool.sweeps.tune import results
 
         meta = results.st.load_meta(a.folders[0])
         table = results.ranked(results.load(a.folders[0]))

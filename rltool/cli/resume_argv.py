@@ -1,11 +1,11 @@
 """``rltool train resume=<run_dir>``: the arguments rewritten before Hydra starts (no torch
 here). The resume itself (checkpoint loaded, config checked) happens in ``Session.start``
-(:mod:`rltool.session`).
+(:mod:`rltool.run.session`).
 
 The run's config is composed from ``<run_dir>/config.yaml`` (written when the run started, updated
 only when a resume changes a safe key): each config group is set to its bare schema and the saved
 values are applied on top as a global overlay (a temporary config group ``rltool_resume``), then the
-user's overrides, which may only touch :data:`rltool.config_store.SAFE_KEYS`. Hydra runs in
+user's overrides, which may only touch :data:`rltool.config.store.SAFE_KEYS`. Hydra runs in
 ``run_dir`` and writes no ``.hydra/`` folder, so the record of the original launch stays intact.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from rltool.config_store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options, read_saved
+from rltool.config.store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options, read_saved
 from rltool.errors import UserError
-from rltool.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
+from rltool.runfolder.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
 _REFUSED_FLAGS = ("-m", "--multirun", "-cn", "--config-name", "-cp", "--config-path")
 # the keys whose value is a folder: taken as the shell passed it, quoted for Hydra

@@ -12,7 +12,7 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from rltool.config_store import conf_dir, to_config
+from rltool.config.store import conf_dir, to_config
 
 _FLAGS = ("-m", "--multirun", "--resolve")
 _WITH_VALUE = ("--cfg", "-c", "--package", "-p")

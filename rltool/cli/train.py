@@ -1,6 +1,7 @@
 """``rltool train [overrides] [-m]``: the Hydra app (compose, validate, run one job or a sweep).
 
-Each job holds its run folder's lock (:mod:`rltool.runlock`) while it writes there; a resume or an
+Each job holds its run folder's lock (:mod:`rltool.runfolder.lock`) while it writes there; a resume
+or an
 existing ``hydra.run.dir`` is locked before Hydra starts. A refused command (bad input, exit 2)
 leaves nothing behind: Hydra creates the run folder (and ``.hydra/``, ``train.log``) before the
 config is checked, so :class:`RunStart` records what was there first and :func:`train_cmd`
@@ -8,8 +9,9 @@ removes what this process added: the whole folder when it is new, only the new e
 folder that existed (a refused resume leaves its folder as it was).
 
 One command's state (that record, the sweep's result, a preemption, --debug, the hooks) is one
-:class:`~rltool.sweep.Command` that :func:`train_cmd` makes and hands to its jobs (the task
-function :class:`TrainJob`) and its callbacks (:func:`rltool.sweep.current`). The app runs on the
+:class:`~rltool.sweeps.jobs.Command` that :func:`train_cmd` makes and hands to its jobs (the task
+function :class:`TrainJob`) and its callbacks (:func:`rltool.sweeps.jobs.current`). The app runs on
+the
 argument list it is given (:mod:`rltool.cli.hydra_app`): no ``sys.argv``, no ``os.environ``.
 """
 
@@ -25,15 +27,16 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rltool import runlock, sweep
 from rltool.cli import hydra_app, launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, cleanup, path_value, resume_args
-from rltool.config_store import conf_dir, register_configs, to_config
+from rltool.config.store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
-from rltool.hooks import Hooks
-from rltool.layout import RunFolder
-from rltool.runlock import RunLocked
-from rltool.sweep import Command, current_job, run_job
+from rltool.run.hooks import Hooks
+from rltool.runfolder import lock as runlock
+from rltool.runfolder.layout import RunFolder
+from rltool.runfolder.lock import RunLocked
+from rltool.sweeps import jobs as sweep
+from rltool.sweeps.jobs import Command, current_job, run_job
 
 register_configs()
 
@@ -84,8 +87,8 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
     """One job of ``command``: its lock, status file, training and last line."""
     from hydra.core.hydra_config import HydraConfig
 
+    from rltool.sweeps.tune.prune import job_hooks
     from rltool.train import train  # torch and friends load only once the config is valid
-    from rltool.tune.prune import job_hooks
 
     job = current_job()
     comm = _join(dcfg)
@@ -137,9 +140,9 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
 
 
 def _join(dcfg: DictConfig):
-    """This process's place in the run: :data:`~rltool.distributed.SOLO`, or its rank of a
+    """This process's place in the run: :data:`~rltool.distributed.ranks.SOLO`, or its rank of a
     distributed run (torchrun, Slurm, :func:`launch.launch`)."""
-    from rltool import distributed
+    from rltool.distributed import ranks as distributed
 
     if launch.worker_rank() is None:
         return distributed.SOLO

@@ -7,7 +7,7 @@ Each trial's sampled values join the command's overrides and run as a sweep of `
 checks, status files, locks and resume as any sweep; ``hydra/launcher=joblib`` runs the seeds in
 parallel). ``parallel=P`` runs P trials at once, each sweep in its own process (tune/pool.py;
 Optuna's TPE then counts running trials as bad, ``constant_liar``, so they spread out). The
-trial's value is the objective's statistic of its seeds' final evals (rltool.tune.objective).
+trial's value is the objective's statistic of its seeds' final evals (rltool.sweeps.tune.objective).
 One ``rltool tune`` process works on a study at a time: it holds the study folder's lock, and a
 second one is refused with one line. Run the same command again after a kill: trials left
 running resume from their checkpoints (done jobs are skipped), and the study ends with
@@ -25,14 +25,14 @@ from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 
-from rltool import runlock
 from rltool.cli import args
 from rltool.cli.tune_run import Runner
-from rltool.config_store import conf_dir, register_configs, to_config
+from rltool.config.store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK, UserError
-from rltool.tune import space as sp
-from rltool.tune import study as st
-from rltool.tune.objective import Objective
+from rltool.runfolder import lock as runlock
+from rltool.sweeps.tune import space as sp
+from rltool.sweeps.tune import study as st
+from rltool.sweeps.tune.objective import Objective
 
 USAGE = "rltool tune <train overrides ...> search=<space> trials=N [key=value ...]"
 ABOUT = (

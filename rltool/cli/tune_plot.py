@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rltool.cli.plot import _check_out, _pyplot, _save
-from rltool.tune import results
+from rltool.sweeps.tune import results
 
 
 def plot_study(folder: Path, out: Path | None) -> Path:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from rltool.analysis.results import find_runs, group_runs
+from rltool.analysis.tables import format_table, rows
 from rltool.cli.train import train_cmd
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError
-from rltool.results import find_runs, group_runs
-from rltool.tables import format_table, rows
-from rltool.tune import space as sp
-from rltool.tune import study as st
-from rltool.tune.pool import Pool
+from rltool.sweeps.tune import space as sp
+from rltool.sweeps.tune import study as st
+from rltool.sweeps.tune.pool import Pool
 
 CALLBACK = "hydra.callbacks.tune_report"
 
@@ -132,7 +132,7 @@ class Runner:
     def _callback(self, trial_id: int) -> list[str]:
         if self.opts.pruner == "none":
             return []
-        target = "rltool.tune.prune.ReportEvals"
+        target = "rltool.sweeps.tune.prune.ReportEvals"
         fields = {
             "_target_": target,
             "study": str(self.folder.resolve()),

@@ -75,7 +75,7 @@ class Collector:
         if devices.policy is not None:
             policy.to(devices.policy)
         self.env, self.policy, self.use_tensordict = env, policy, use_tensordict
-        self.act = policy.act  # the hot path's step (compile=true: compiled, rltool/compile.py)
+        self.act = policy.act  # the hot path's step (compile=true: compiled, rltool/run/compile.py)
         self.T, self.B = frames_per_batch // env.num_envs, env.num_envs
         self.env_device, self.policy_device = env.device, module_device(policy)
         self.storing_device = devices.storing or self.env_device
@@ -235,7 +235,8 @@ class Collector:
     def collect(self, stop: Callable[[int], bool] | None = None) -> TensorDict:
         """One rollout [T, B] on the storing device (eval + explore + sequential + no grad);
         cut short to [n, B] after the n-th step where ``stop(n)`` is True (a slow rank of
-        several, :mod:`rltool.distributed`). The next rollout continues where this one ended."""
+        several, :mod:`rltool.distributed.ranks`). The next rollout continues where this one
+        ended."""
         was_training = self.policy.training
         self.policy.eval()
         n = self.T

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from rltool import layout
 from rltool.config import LoggerConfig
 from rltool.errors import ConfigError
 from rltool.logging.csv import CSVLogger
 from rltool.logging.episodes import EpisodesLog
 from rltool.logging.progress import ProgressLogger
+from rltool.runfolder import layout
 
 
 class Loggers:

@@ -12,7 +12,7 @@ import math
 import os
 from pathlib import Path
 
-from rltool.writes import atomic_write, writing
+from rltool.runfolder.writes import atomic_write, writing
 
 
 class CSVLogger:

@@ -1,9 +1,9 @@
 """The episodes file: one CSV row per finished training episode (``frames``, ``return``), the
-returns ``rltool report`` turns into POPGym's MMER (:mod:`rltool.stats`).
+returns ``rltool report`` turns into POPGym's MMER (:mod:`rltool.analysis.stats`).
 
 ``frames`` is the frame count at the end of the iteration in which the episode ended. A resumed
 run appends to the file; rows written after its checkpoint (lost work) stay, and the reader
-drops them where the frames go back (:func:`rltool.stats.read_episodes`)."""
+drops them where the frames go back (:func:`rltool.analysis.stats.read_episodes`)."""
 
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-from rltool import layout
 from rltool.config import WandbLoggerConfig
+from rltool.runfolder import layout
 
 ID_FILE = layout.WANDB_ID
 

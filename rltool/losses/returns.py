@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rltool import keys as K
-from rltool.scan import linear_scan
+from rltool.modules.scan import linear_scan
 
 
 def gae(reward, value, next_value, terminated, done, gamma: float, lam: float):

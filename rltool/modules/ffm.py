@@ -14,7 +14,8 @@ State per batch element: ``ffm_state`` [num_layers, 2, m, c] (real and imaginary
 layer's S). Where ``is_init`` is True a layer starts from S = 0.
 
 Temporal mode solves ``S_t = a_t * S_{t-1} + x~_t`` with a_t = gamma * keep_t (keep_t = 0 at a
-reset) by :func:`rltool.scan.chunked_scan` on complex tensors (2 sqrt(T) Python iterations of
+reset) by :func:`rltool.modules.scan.chunked_scan` on complex tensors (2 sqrt(T) Python iterations
+of
 small ops, never one per step). Numerically stable for any rollout length: no log-space sums and
 no powers gamma^-t (the paper's closed form divides by gamma^t, which overflows on long
 rollouts); the scan only multiplies by products of factors of modulus <= 1 and adds, and a reset
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 
 from rltool.modules.memory import Memory
-from rltool.scan import chunked_scan
+from rltool.modules.scan import chunked_scan
 from rltool.specs import Spec
 
 

@@ -9,7 +9,7 @@ State per batch element: ``recurrent_state_h`` [num_layers, hidden] (each layer'
 ``is_init`` is True the layer starts from h = 0.
 
 Temporal mode solves ``h_t = a_t * h_{t-1} + b_t`` with a_t = (1 - z_t) * keep_t (keep_t = 0 at
-a reset, 1 elsewhere) and b_t = z_t * h~_t by :func:`rltool.scan.chunked_scan`: chunks of
+a reset, 1 elsewhere) and b_t = z_t * h~_t by :func:`rltool.modules.scan.chunked_scan`: chunks of
 sqrt(T) steps solved side by side, then the states carried between them: 2 sqrt(T) Python
 iterations of small ops (46 at T=512) and a few whole-tensor ops, never one per step.
 
@@ -28,7 +28,7 @@ from torch import nn
 
 from rltool import keys as K
 from rltool.modules.memory import Memory
-from rltool.scan import chunked_scan
+from rltool.modules.scan import chunked_scan
 from rltool.specs import Spec
 
 

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from rltool import keys as K
 from rltool.modules.gru_kernel import gru_sequences
 from rltool.modules.memory import Memory, recurrent_mode
-from rltool.scan import linear_scan
+from rltool.modules.scan import linear_scan
 from rltool.specs import Spec
 
 __all__ = ["GRUModule", "LSTMModule", "RecurrentModule", "recurrent_mode"]  # the mode: memory.py

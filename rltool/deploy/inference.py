@@ -26,16 +26,17 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rltool import algos, layout, memories
-from rltool import checkpoint as ckpt
+from rltool import algos, memories
 from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
-from rltool.config_store import read_saved
+from rltool.config.store import read_saved
 from rltool.envs import make_env
 from rltool.envs.normalize import EntryNormalizer, ObsNormalizer
 from rltool.envs.vector import VectorEnv
 from rltool.errors import UserError
 from rltool.modules import make_policy
+from rltool.run import checkpoint as ckpt
+from rltool.runfolder import layout
 
 
 def _typed(schema, node: dict):
@@ -98,7 +99,7 @@ def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
 
 def restore(run_dir, checkpoint: str | None = None) -> Restored:
     """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
-    loaded with ``weights_only=True`` (:func:`rltool.checkpoint.load`). The run's own
+    loaded with ``weights_only=True`` (:func:`rltool.run.checkpoint.load`). The run's own
     ``config.yaml`` is trusted, not the file: a checkpoint written with another env, policy or
     algorithm (a file copied in from another run) is refused, as a resume refuses it."""
     path = checkpoint_path(run_dir, checkpoint)
@@ -127,7 +128,7 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
 
 def _check_run(run_dir: Path, config: dict, path: Path) -> None:
     """Refuses checkpoint ``path`` when its ``config`` differs from the run's ``config.yaml``
-    in a key a resume may not change (:func:`rltool.checkpoint.check_config`)."""
+    in a key a resume may not change (:func:`rltool.run.checkpoint.check_config`)."""
     own = layout.RunFolder(run_dir).config
     if not own.is_file():  # a folder of checkpoints only: nothing to check against
         return

@@ -1,6 +1,7 @@
 """Results of runs and sweeps, read from their folders (for ``rltool report`` and ``rltool plot``).
 
-A run folder (:mod:`rltool.layout`) holds ``config.yaml``, the metrics file (``metrics.csv``, or
+A run folder (:mod:`rltool.runfolder.layout`) holds ``config.yaml``, the metrics file
+(``metrics.csv``, or
 the run's ``logger.csv.filename``), ``summary.json`` (written by training), ``status.json`` (the
 job's status) and, from Hydra, ``.hydra/overrides.yaml``. Runs are grouped into settings by their
 overrides minus the seed (overrides shared by every run are left out of the setting's name when
@@ -9,7 +10,7 @@ there are several settings), or with ``by`` by the values of config keys: a grou
 
 A setting's row is a population: the final evaluations of its seeds (mean, min, 10th percentile,
 median, max; the count at or above a goal) and the best periodic evaluation of each seed.
-The tables themselves (rows, aggregates, formats): :mod:`rltool.tables`.
+The tables themselves (rows, aggregates, formats): :mod:`rltool.analysis.tables`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from pathlib import Path
 import numpy as np
 from omegaconf import OmegaConf
 
-from rltool import layout, memories
+from rltool import memories
 from rltool.errors import UserError
-from rltool.layout import RunFolder
+from rltool.runfolder import layout
+from rltool.runfolder.layout import RunFolder
 
 _SKIP_PARTS = {
     ".submitit",

@@ -1,4 +1,5 @@
-"""The tables of ``rltool report``: a setting's row is a population (see :mod:`rltool.results`
+"""The tables of ``rltool report``: a setting's row is a population (see
+:mod:`rltool.analysis.results`
 for how runs are found and grouped): the final evaluations of its seeds (mean, min, 10th
 percentile, median, max; the count at or above a goal) and the best periodic evaluation of each
 seed.
@@ -17,8 +18,8 @@ import math
 
 import numpy as np
 
-from rltool.results import RunInfo, Setting, finite
-from rltool.stats import run_mmer
+from rltool.analysis.results import RunInfo, Setting, finite
+from rltool.analysis.stats import run_mmer
 
 
 def population(xs: list[float], goal: float | None = None) -> dict[str, float]:

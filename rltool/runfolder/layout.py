@@ -7,7 +7,7 @@ spelled once. Light on purpose (no torch, no Hydra)::
       metrics.csv.interrupted-<n>    a sweep job's old rows, set aside when it started again
       episodes.csv                   frames and return of each finished training episode (MMER)
       summary.json                   the final eval and the wall time
-      status.json                    the job's status (rltool.sweep)
+      status.json                    the job's status (rltool.sweeps.jobs)
       .lock                          held (flock) by the process writing the folder: host, pid
       devices.json                   where the env, the policy, the rollouts and the loss ran
       eval.json, videos/             rltool eval's result and recordings
@@ -31,11 +31,13 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 CONFIG = "config.yaml"
+# config.yaml's first line: the rltool version that wrote it (a YAML comment: loaders skip it)
+WRITTEN_BY = "# written by rltool "
 METRICS = "metrics.csv"  # the default of logger.csv.filename; a run's own: metrics_name(run_dir)
 SUMMARY = "summary.json"
 EPISODES = "episodes.csv"  # one row per finished training episode: frames, return (for MMER)
 STATUS = "status.json"
-LOCK = ".lock"  # the run folder's writer lock (rltool.runlock): host and pid of the holder
+LOCK = ".lock"  # the run folder's writer lock (rltool.runfolder.lock): host and pid of the holder
 LOG = "train.log"  # Hydra's job log (hydra.job.name=train); the run's end line goes there too
 DEVICES = "devices.json"
 EVAL = "eval.json"
@@ -85,6 +87,17 @@ def metrics_name(run_dir: str | os.PathLike) -> str:
     except Exception:  # noqa: BLE001 - unreadable or not a mapping: the default name
         return METRICS
     return name if isinstance(name, str) and name else METRICS
+
+
+def written_by(run_dir: str | os.PathLike) -> str | None:
+    """The rltool version that wrote the run's ``config.yaml`` (its first line), or None for a
+    run written before versions were recorded (or no readable config)."""
+    try:
+        with open(Path(run_dir) / CONFIG, encoding="utf-8") as f:
+            first = f.readline().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return first[len(WRITTEN_BY) :] or None if first.startswith(WRITTEN_BY) else None
 
 
 def has_checkpoint(run_dir: str | os.PathLike) -> bool:

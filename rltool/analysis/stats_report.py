@@ -1,5 +1,6 @@
 """The statistics of ``rltool report stats=true`` and ``compare=[A,B]`` (estimators in
-:mod:`rltool.stats`): intervals on each setting's row, aggregates over normalised scores, the
+:mod:`rltool.analysis.stats`): intervals on each setting's row, aggregates over normalised scores,
+the
 probability of improvement. Each function returns the lines to print on stderr (``notes``):
 what was left out and why, never a silent mix of frame budgets."""
 
@@ -9,10 +10,10 @@ import math
 
 import numpy as np
 
-from rltool import stats
+from rltool.analysis import stats
+from rltool.analysis.results import Setting, finite
+from rltool.analysis.tables import MINIGRID, NORMALISED, POPGYM, _budget, _is_task_key, short_frames
 from rltool.errors import UserError
-from rltool.results import Setting, finite
-from rltool.tables import MINIGRID, NORMALISED, POPGYM, _budget, _is_task_key, short_frames
 
 NAN3 = (math.nan, math.nan, math.nan)
 STAT_KEYS = ("iqm", "mean", "to_goal")

@@ -25,7 +25,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from rltool.config import check
-from rltool.config_store import conf_dir
+from rltool.config.store import conf_dir
 from rltool.errors import UserError
 
 SEARCH = "search"  # conf/search/: the shipped spaces

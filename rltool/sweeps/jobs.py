@@ -25,11 +25,11 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from rltool import runlock
 from rltool.errors import EXIT_PREEMPTED, OSFault, RunStopped, UserError, one_line
-from rltool.hooks import Hooks
-from rltool.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
-from rltool.writes import atomic_write, os_fault, write_text
+from rltool.run.hooks import Hooks
+from rltool.runfolder import lock as runlock
+from rltool.runfolder.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
+from rltool.runfolder.writes import atomic_write, os_fault, write_text
 
 
 class JobPruned(Exception):

@@ -1,6 +1,6 @@
 """Checkpoint files: atomic writes, a ``latest`` pointer, the last N kept, safe loading.
 
-Layout, in ``<run_dir>/checkpoints`` (the names: :mod:`rltool.layout`)::
+Layout, in ``<run_dir>/checkpoints`` (the names: :mod:`rltool.runfolder.layout`)::
 
     ckpt-000000012288.pt          torch.save of a dict of tensors and plain containers
     ckpt-000000012288.<name>/     a folder saver's files (e.g. a replay buffer), beside it
@@ -31,10 +31,11 @@ from pathlib import Path
 
 import torch
 
-from rltool import _faults, layout
-from rltool.config_store import flatten, is_safe
+from rltool import _faults
+from rltool.config.store import flatten, is_safe
 from rltool.errors import UserError
-from rltool.writes import atomic_write, fsync_dir, writing
+from rltool.runfolder import layout
+from rltool.runfolder.writes import atomic_write, fsync_dir, writing
 
 FORMAT = "rltool-checkpoint"
 VERSION = 1
@@ -65,10 +66,19 @@ def _frames_of(path: Path) -> int:
     return int(_NAME.match(path.name).group(1))
 
 
+def _body(payload: dict, folders: list[str]) -> dict:
+    """A checkpoint file's dict: the format and its version, the rltool version that wrote it
+    (``rltool_version``, a string), the payload and the names of its side folders."""
+    from rltool import __version__
+
+    head = {"format": FORMAT, "version": VERSION, "rltool_version": __version__}
+    return {**head, **payload, "folders": folders}
+
+
 def save_file(path: Path, payload: dict) -> None:
     """Writes ``payload`` as one checkpoint file at ``path`` atomically, outside the numbered
     series (no ``latest``, no pruning): the best policy."""
-    body = {"format": FORMAT, "version": VERSION, **payload, "folders": []}
+    body = _body(payload, [])
     atomic_write(Path(path), lambda f: torch.save(body, f))
 
 
@@ -104,7 +114,7 @@ def save(
                 shutil.rmtree(final)
             os.replace(tmp, final)
     path = directory / f"{stem}.pt"
-    body = {"format": FORMAT, "version": VERSION, **payload, "folders": sorted(folders or {})}
+    body = _body(payload, sorted(folders or {}))
     atomic_write(path, lambda f: torch.save(body, f), points=True)
     _faults.point("checkpoint.before_pointer")
     atomic_write(directory / POINTER, lambda f: f.write(f"{path.name}\n".encode()))
@@ -190,7 +200,7 @@ def load(path: str | os.PathLike) -> dict:
 def check_config(saved: dict, current: dict, path: Path, fix: str) -> None:
     """Refuses, in one line ending with ``fix``, checkpoint ``path`` whose config (``saved``)
     differs from the run's (``current``) in a key that must not change (env, spaces, policy,
-    algorithm: any key but :data:`~rltool.config_store.SAFE_KEYS`), naming the first."""
+    algorithm: any key but :data:`~rltool.config.store.SAFE_KEYS`), naming the first."""
     old, new = flatten(saved), flatten(current)
     diffs = [k for k in old if k in new and not is_safe(k) and old[k] != new[k]]
     if diffs:

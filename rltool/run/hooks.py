@@ -1,7 +1,7 @@
 """What a caller of :func:`rltool.train.train` wants called at fixed points of its loop.
 
 A :class:`Hooks` is an argument of ``train()`` (no module-level registry): two runs in one process
-each call only their own. ``rltool tune``'s pruner is one (:mod:`rltool.tune.prune`).
+each call only their own. ``rltool tune``'s pruner is one (:mod:`rltool.sweeps.tune.prune`).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ torch's elastic launcher itself: :mod:`rltool.cli.launch`):
 
 - gradients: one flat buffer per optimizer step, each rank's gradients weighted by its samples
   (:meth:`Ranks.grad_hook`, called between backward and clipping), summed through shared memory
-  where every rank is on one host (:mod:`rltool.shared_sum`), or with ``distributed.bucket_mb``
+  where every rank is on one host (:mod:`rltool.distributed.shared_sum`), or with
+  ``distributed.bucket_mb``
   buckets started while backward runs (:class:`Buckets`);
 - frames: ``total_frames`` and the schedules count every rank's frames (:meth:`Ranks.frames`);
 - normalisation statistics: merged at every update with Chan's parallel update; each rank adds
@@ -32,8 +33,8 @@ import torch.distributed as dist
 
 from rltool import _faults, algos
 from rltool.collectors.devices import DEVICE_KEYS, resolve_devices
+from rltool.distributed.shared_sum import open_shared_sum
 from rltool.errors import EXIT_PEER_LOST, RunStopped, UserError
-from rltool.shared_sum import open_shared_sum
 
 
 class Solo:

@@ -4,7 +4,7 @@ sweep folder per trial::
     <study>/
       study.db          Optuna's storage (sqlite): trials, their params, values, reported evals
       study.json        how the study was made: search space, objective, seeds, overrides, pruner
-      .lock             held by the rltool tune process working on the study (rltool.runlock)
+      .lock             held by the rltool tune process working on the study (rltool.runfolder.lock)
       trial-<n>/<k>/    trial n's job on its k-th search seed (a sweep folder, as rltool train -m)
       confirm-<n>/<k>/  trial n's settings on the held-out population (confirm=<n>)
 
@@ -19,10 +19,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rltool.analysis.results import find_runs
 from rltool.errors import UserError
-from rltool.results import find_runs
-from rltool.sweep import read_status
-from rltool.tune.objective import Objective
+from rltool.sweeps.jobs import read_status
+from rltool.sweeps.tune.objective import Objective
 
 DB = "study.db"
 META = "study.json"

@@ -2,11 +2,13 @@
 
 A trial's sweep carries its settings in the Hydra callback entry :class:`ReportEvals`; each job
 (in the tune process with the basic launcher, a worker with joblib) builds from them an eval hook
-(:func:`job_hooks`) and passes it to ``train()`` (:class:`~rltool.hooks.Hooks`): it reports every
+(:func:`job_hooks`) and passes it to ``train()`` (:class:`~rltool.run.hooks.Hooks`): it reports
+every
 periodic evaluation to the trial in the study's storage and asks the pruner. The job on the k-th
 seed reports at step ``k * total_frames + frames``: every trial runs the same search seeds, so the
 pruner compares a seed's curve with the other trials' curves of the same seed at the same frame.
-A job the pruner stops raises :class:`~rltool.sweep.JobPruned` (its status becomes ``pruned``);
+A job the pruner stops raises :class:`~rltool.sweeps.jobs.JobPruned` (its status becomes
+``pruned``);
 the trial's other jobs stop at their next evaluation once one of them is pruned.
 """
 
@@ -17,10 +19,10 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
-from rltool.hooks import EvalHook, Hooks
-from rltool.sweep import JobPruned, read_status
-from rltool.tune.objective import FINAL
-from rltool.tune.study import PRUNED, STUDY_NAME, make_pruner, storage
+from rltool.run.hooks import EvalHook, Hooks
+from rltool.sweeps.jobs import JobPruned, read_status
+from rltool.sweeps.tune.objective import FINAL
+from rltool.sweeps.tune.study import PRUNED, STUDY_NAME, make_pruner, storage
 
 
 class ReportEvals(Callback):

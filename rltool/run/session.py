@@ -30,10 +30,11 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from rltool import checkpoint as ckpt
-from rltool import layout, memories
+from rltool import memories
 from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError, warn
-from rltool.writes import write_text
+from rltool.run import checkpoint as ckpt
+from rltool.runfolder import layout
+from rltool.runfolder.writes import write_text
 
 
 @dataclasses.dataclass
@@ -140,6 +141,14 @@ def unpack(body: dict, comm, path: Path) -> tuple[dict, dict]:
     return body["state"] | {k: v for k, v in own.items() if k != "rng"}, own["rng"]
 
 
+def config_text(record: dict) -> str:
+    """``config.yaml``'s text: the line naming the rltool version that wrote it, then the
+    config."""
+    from rltool import __version__
+
+    return f"{layout.WRITTEN_BY}{__version__}\n{OmegaConf.to_yaml(record)}"
+
+
 def _plain(cfg) -> dict:
     return OmegaConf.to_container(OmegaConf.structured(cfg))
 
@@ -166,7 +175,7 @@ class Session:
     def start(cls, run, run_dir: Path) -> Session:
         """A fresh session (refusing a folder that holds a checkpoint), or the state of
         ``cfg.resume``'s latest checkpoint loaded into ``run`` once its parts' layout matches the
-        run's (:func:`~rltool.checkpoint.check_parts`); a run already at its budget is a
+        run's (:func:`~rltool.run.checkpoint.check_parts`); a run already at its budget is a
         :attr:`finished` session with nothing loaded. Checks everything before changing any
         file."""
         cfg = run.cfg
@@ -179,7 +188,7 @@ class Session:
                     "hydra.run.dir"
                 )
             if run.comm.writer:
-                write_text(Path(run_dir) / layout.CONFIG, OmegaConf.to_yaml(_plain(cfg)))
+                write_text(Path(run_dir) / layout.CONFIG, config_text(_plain(cfg)))
             c = Counters(next_eval=cfg.eval.every_frames, total_frames=cfg.total_frames)
             return cls(run, run_dir, c)
         path = ckpt.latest(ckpt.checkpoint_dir(run_dir))
@@ -212,7 +221,7 @@ class Session:
         _truncate_metrics(run_dir / cfg.logger.csv.filename, c.frames)
         record = _plain(dataclasses.replace(cfg, resume=None))
         if OmegaConf.to_container(OmegaConf.load(run_dir / layout.CONFIG)) != record:
-            write_text(run_dir / layout.CONFIG, OmegaConf.to_yaml(record))
+            write_text(run_dir / layout.CONFIG, config_text(record))
         print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
 
     # ---- the loop's side ----

@@ -1,6 +1,7 @@
 """The population objective: a statistic of the final evals of a trial's seeds.
 
-The statistics are :func:`rltool.tables.population`'s (what ``rltool report`` shows): ``mean``,
+The statistics are :func:`rltool.analysis.tables.population`'s (what ``rltool report`` shows):
+``mean``,
 ``min``, ``p10``, ``median``, ``max``, or ``count@G``, the number of seeds whose final eval is at
 least ``G`` (the report's "at goal" column with ``--goal G``).
 """
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rltool.analysis.results import RunInfo
+from rltool.analysis.tables import population
 from rltool.errors import UserError
-from rltool.results import RunInfo
-from rltool.tables import population
 
 FINAL = "eval/return_mean"  # the final eval, in summary.json (and each eval row of metrics.csv)
 STATS = ("mean", "min", "p10", "median", "max")

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rltool.analysis.results import eval_curve
 from rltool.errors import UserError
-from rltool.layout import RunFolder
-from rltool.results import eval_curve
+from rltool.runfolder.layout import RunFolder
 
 MIN_SEEDS = 3  # fewer runs than this: no interval (a bootstrap of 1 or 2 values says nothing)
 REPS = 2000  # bootstrap resamples: rliable's default for profiles; 50,000 takes ~5 s a row

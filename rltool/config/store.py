@@ -137,9 +137,9 @@ def conf_dir() -> str:
     """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""
     from pathlib import Path
 
-    here = Path(__file__).resolve().parent
-    packaged = here / "conf"
-    return str(packaged if packaged.is_dir() else here.parent / "conf")
+    package = Path(__file__).resolve().parent.parent  # rltool/
+    packaged = package / "conf"
+    return str(packaged if packaged.is_dir() else package.parent / "conf")
 
 
 # keys a resume may change: the budget, logging, checkpointing, evaluation cadence, threads

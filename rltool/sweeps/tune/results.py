@@ -8,8 +8,8 @@ import io
 import math
 from pathlib import Path
 
-from rltool.tables import grid
-from rltool.tune import study as st
+from rltool.analysis.tables import grid
+from rltool.sweeps.tune import study as st
 
 # rank order of the trial states: completed (by value), then the rest by trial number
 _ORDER = {"COMPLETE": 0, "PRUNED": 1, "RUNNING": 2, "WAITING": 2, "FAIL": 3}

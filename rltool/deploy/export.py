@@ -2,7 +2,7 @@
 ``torch.export`` program (``.pt2``, ``torch.export.load``). One sequential step for B envs
 (B dynamic), greedy (exploit mode), the run's frozen observation normalisation and
 ``env.obs_keep`` inside, so the file takes the env's raw observation as
-:class:`rltool.inference.LoadedPolicy` does.
+:class:`rltool.deploy.inference.LoadedPolicy` does.
 
 The I/O contract (also in the file: ONNX metadata ``rltool``, the pt2 extra file ``rltool.json``):
 
@@ -42,10 +42,10 @@ import torch
 from torch import nn
 
 from rltool import keys as K
+from rltool.deploy.inference import Restored, restore
 from rltool.envs.normalize import EntryNormalizer, ObsNormalizer
 from rltool.envs.spaces import _leaves, image_layout
 from rltool.errors import UserError
-from rltool.inference import Restored, restore
 
 FORMATS = ("onnx", "pt2")
 EXTRA = {"onnx": "export", "pt2": None}  # the pip extra each format needs beyond torch
@@ -108,7 +108,8 @@ class _Entry(nn.Module):
 
 class PolicyStep(nn.Module):
     """The exported step: ``forward({input name: tensor})`` -> ``{output name: tensor}`` (the
-    contract of the module docstring). Built from a :class:`~rltool.inference.Restored` run."""
+    contract of the module docstring). Built from a :class:`~rltool.deploy.inference.Restored`
+    run."""
 
     def __init__(self, restored: Restored, full: bool = False):
         super().__init__()

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rltool.errors import UserError
-from rltool.layout import RunFolder
-from rltool.writes import writing
+from rltool.runfolder.layout import RunFolder
+from rltool.runfolder.writes import writing
 
 
 class RunLocked(UserError):

@@ -2,8 +2,8 @@
 
 YAML options live in ``conf/<group>/<name>.yaml`` and start from these schemas, so a typo or a wrong
 type fails at composition. Value ranges are checked in ``__post_init__`` when
-:func:`rltool.config_store.to_config` turns the composed DictConfig into these objects, before
-anything is built (``rltool/config_store.py``: storing them, the conf/ folder, what a resume may
+:func:`rltool.config.store.to_config` turns the composed DictConfig into these objects, before
+anything is built (``rltool/config/store.py``: storing them, the conf/ folder, what a resume may
 change).
 """
 
@@ -321,7 +321,7 @@ class EvalConfig:
     final_episodes: int = 50  # the final evaluation, at the end of the budget
     seed_offset: int = 1_000_000  # eval envs are seeded with seed + this
     # an evaluation episode is cut (counted in eval/episodes_cut, with a warning) after this many
-    # steps; null = the env's time limit, or 10,000 where it has none (rltool/evaluation.py)
+    # steps; null = the env's time limit, or 10,000 where it has none (rltool/run/evaluation.py)
     max_episode_steps: int | None = None
 
     def __post_init__(self):
@@ -359,7 +359,7 @@ class CheckpointConfig:
 
 @dataclass
 class DistributedConfig:
-    """Data-parallel training on torch.distributed (rltool/distributed.py): each rank collects
+    """Data-parallel training on torch.distributed (rltool/distributed/ranks.py): each rank collects
     its own rollout, gradients are averaged; 1 = the plain single process."""
 
     nproc_per_node: int = 1  # >1: rltool train starts that many ranks itself (torch elastic)
@@ -412,7 +412,7 @@ class Config:
     seed: int = 0  # seeds python, numpy, torch and the envs (eval envs: + eval.seed_offset)
     total_frames: int = 100_000  # the budget: env steps of all envs together
     num_threads: int = 1  # torch intra-op threads (1: fastest for these small models)
-    # torch.compile the acting step and the loss with its backward (rltool/compile.py), for
+    # torch.compile the acting step and the loss with its backward (rltool/run/compile.py), for
     # policy=mlp; the compilation (~1 min on a CPU) counts in the run's time; a failure: one
     # warning, eager
     compile: bool = False

@@ -1,0 +1,1 @@
+"""Results read back from run folders: tables, statistics, reports."""

@@ -1,0 +1,1 @@
+"""A trained policy outside training: loading it, exporting it."""

@@ -1,0 +1,1 @@
+"""Data-parallel ranks (torch.distributed) and their gradient sums."""

@@ -1,0 +1,1 @@
+"""Optimizer steps: flat Adam and the non-finite guard."""

@@ -1,0 +1,1 @@
+"""The training session around the loop: checkpoints, evaluation, compiled steps, hooks."""

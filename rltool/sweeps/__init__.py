@@ -1,0 +1,1 @@
+"""Sweeps: per-job status files, summaries, and rltool tune's library."""
