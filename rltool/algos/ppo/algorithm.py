@@ -8,16 +8,24 @@ first it is recomputed with the current ones by re-running the memory over the p
 (kept from the last update) from that rollout's stored t=0 states. Only the columns that continue
 the previous rollout (no reset at t=0, stored state equal to its last ``("next", state)``) are
 refreshed; the first update, and the first after a resume, keep the stored states.
+
+``loss.bptt_horizon``: sequences that start before the rollout (:mod:`rltool.data.context`);
+the context is part of the checkpoint.
 """
 
 from __future__ import annotations
+
+import logging
 
 import torch
 from tensordict import TensorDictBase
 
 from rltool import keys as K
 from rltool.algos.base import Algorithm
-from rltool.data import minibatches, resolve_sampler
+from rltool.algos.ppo.config import context_length
+from rltool.data import SequenceContext, minibatches, resolve_sampler
+from rltool.data.context import LOSS_KEYS
+from rltool.data.sizes import available_memory, check_fits, spec_bytes
 from rltool.losses import PPOLoss, add_gae
 from rltool.modules.memory import recurrent_mode
 
@@ -39,6 +47,7 @@ class PPO(Algorithm):
         # one epoch has no later epoch to refresh: nothing is kept
         self.refresh = bool(c.refresh_states and policy.state_specs and c.epochs > 1)
         self.previous = None  # the last rollout's memory inputs (refresh_states), from keep
+        self.context = self._context(cfg, env, policy)  # loss.bptt_horizon past the rollout
 
     def update(self, batch, progress, frames, step):
         """Logs ``epochs``: the epochs completed (fewer when ``target_kl`` stopped the batch)."""
@@ -48,7 +57,7 @@ class PPO(Algorithm):
         add_gae(batch, c.gamma, c.gae_lambda)
         kl_limit = c.target_kl and 1.5 * c.target_kl
         previous, self.previous = self.previous, self.keep(batch) if self.refresh else None
-        data = batch
+        data = batch if self.context is None else self.context.extend(batch)
         for epoch in range(c.epochs):
             if epoch and previous is not None:  # the first epoch keeps the collected states
                 data = self.refreshed(batch, previous)  # (from the stored ones: the check)
@@ -59,6 +68,37 @@ class PPO(Algorithm):
                     return {"epochs": epoch}
                 step(terms)
         return {"epochs": c.epochs}
+
+    def state_parts(self) -> tuple[dict, dict]:
+        return ({"bptt_context": self.context} if self.context is not None else {}), {}
+
+    @staticmethod
+    def _context(cfg, env, policy) -> SequenceContext | None:
+        """The kept steps before each rollout, or None (``loss.bptt_horizon`` within the
+        rollout). Its size (steps x envs x a step's entries), with the rollout's, is checked
+        against the free memory before anything is allocated."""
+        n = context_length(cfg)
+        if n == 0:
+            return None
+        states = sum(spec_bytes(s) for s in policy.state_specs.values())
+        step = spec_bytes(env.specs.observation) + states + 64  # + action, values, flags
+        envs, t = cfg.env.num_envs, cfg.collector.frames_per_batch // cfg.env.num_envs
+        need = (n + t) * envs * step
+        check_fits(
+            f"loss.bptt_horizon={cfg.loss.bptt_horizon}",
+            need,
+            f"{n} steps of context and {t} of rollout x {envs} envs x {step} bytes",
+            "memory for its sequences",
+            available_memory(),
+            "lower loss.bptt_horizon (or loss.bptt_episode_cap), or env.num_envs",
+        )
+        logging.getLogger(__name__).info(
+            "PPO: sequences of up to %d steps (%d before each rollout), ~%.1f MB kept",
+            n + t,
+            n,
+            n * envs * step / 1e6,
+        )
+        return SequenceContext(n, [*policy.in_keys, *policy.state_specs, *LOSS_KEYS])
 
     def keep(self, batch: TensorDictBase) -> tuple[TensorDictBase, dict]:
         """What the next update's refresh reads of this rollout [T, B]: the memory's inputs,

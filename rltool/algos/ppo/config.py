@@ -5,6 +5,7 @@ keeps the two equal)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rltool.config import check, check_choice, check_reduction
 
@@ -37,6 +38,13 @@ class PPOConfig:
     # current parameters by re-running the memory over the previous rollout (recurrent policies;
     # docs/how-to/refresh-states.md)
     refresh_states: bool = False
+    # how far back backpropagation through time reaches (recurrent policies;
+    # docs/how-to/long-dependencies.md): null = the rollout's T steps; an integer H > T also
+    # trains through each env's H - T steps before the rollout (kept across rollouts, run with
+    # the current weights; the loss counts the rollout's steps); episode = back to each
+    # episode's first step, at most loss.bptt_episode_cap steps in all
+    bptt_horizon: Any = None
+    bptt_episode_cap: int = 1024  # bptt_horizon=episode: the most steps in one sequence
 
     def __post_init__(self):
         check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
@@ -54,6 +62,28 @@ class PPOConfig:
         if self.target_kl is not None:
             check(self.target_kl > 0, "loss.target_kl", self.target_kl, "must be > 0 or null")
         check_choice("loss.sampler", self.sampler, ("auto", "steps", "sequences"))
+        h = self.bptt_horizon
+        check(
+            h is None
+            or h == "episode"
+            or (isinstance(h, int) and not isinstance(h, bool) and h >= 1),
+            "loss.bptt_horizon",
+            h,
+            "must be null (the rollout), a whole number of steps >= 1, or episode",
+        )
+        check(self.bptt_episode_cap >= 1, "loss.bptt_episode_cap", self.bptt_episode_cap, ">= 1")
+
+
+def horizon(cfg) -> int | None:
+    """The BPTT horizon in steps (``loss.bptt_horizon``; ``episode``: the cap), or None."""
+    h = cfg.loss.bptt_horizon
+    return cfg.loss.bptt_episode_cap if h == "episode" else h
+
+
+def context_length(cfg) -> int:
+    """Steps kept before each rollout: ``max(0, H - T)`` with T the rollout's steps per env."""
+    h = horizon(cfg)
+    return 0 if h is None else max(0, h - cfg.collector.frames_per_batch // cfg.env.num_envs)
 
 
 def check_config(cfg) -> None:
@@ -75,6 +105,7 @@ def check_config(cfg) -> None:
         "refreshes recurrent states, and policy.kind=mlp has none: drop it or use a memory "
         "(policy=lstm, gru, ...)",
     )
+    _check_horizon(cfg, recurrent)
     n = loss.num_minibatches
     if recurrent or loss.sampler == "sequences":
         what, size = "env columns (env.num_envs)", cfg.env.num_envs
@@ -88,6 +119,37 @@ def check_config(cfg) -> None:
         "loss.num_minibatches",
         n,
         f"must divide the {size} {what} into equal minibatches: choose a divisor of {size}",
+    )
+
+
+def _check_horizon(cfg, recurrent: bool) -> None:
+    """A BPTT horizon needs a memory, and reaches past the rollout alone (no refresh, one
+    process)."""
+    h = cfg.loss.bptt_horizon
+    if h is None:
+        return
+    check(
+        recurrent,
+        "loss.bptt_horizon",
+        h,
+        f"policy.kind={cfg.policy.kind} has no memory to train through time: drop it or use a "
+        "memory (policy=lstm, gru, ...)",
+    )
+    if context_length(cfg) == 0:
+        return
+    check(
+        not cfg.loss.refresh_states,
+        "loss.refresh_states",
+        True,
+        f"refreshes the state at the rollout's start, and loss.bptt_horizon={h} trains from "
+        "steps before it: choose one (drop loss.refresh_states or loss.bptt_horizon)",
+    )
+    check(
+        cfg.distributed.nproc_per_node == 1,
+        "loss.bptt_horizon",
+        h,
+        "reaches past the rollout, which data-parallel ranks do not support yet: drop it or "
+        "run one process (distributed.nproc_per_node=1)",
     )
 
 
