@@ -1,15 +1,17 @@
 """The valid values declared beside each config key: the one checker refuses a value outside them
 with one line naming the key, every default is inside them, :func:`valid_values` lists them for
-other code."""
+other code, and the seeds a run derives stay within what numpy and torch accept."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
+from conftest import make_cfg
 
 from rltool import algos, memories
 from rltool.config import (
+    SEED_LIMIT,
     CheckpointConfig,
     Config,
     EvalConfig,
@@ -75,7 +77,8 @@ def test_valid_values_lists_each_keys_range_or_choices():
     assert env["max_episode_steps"].null and not env["num_envs"].null
     assert "id" not in env  # checked in code only (not a range or a choice)
     assert valid_values(algos.get("ppo").config)["gamma"].text() == "must be in [0, 1]"
-    assert valid_values(Config)["seed"] == Valid(ge=0)
+    seed = valid_values(Config)["seed"]
+    assert (seed.ge, seed.lt, seed.choices) == (0, SEED_LIMIT, None)
 
 
 @pytest.mark.parametrize(
@@ -115,3 +118,44 @@ def test_a_user_schema_declares_its_keys_the_same_way():
     assert valid_values(Mine) == {"rate": Valid(gt=0, le=1)}
     with pytest.raises(ConfigError, match=r"^loss.rate=2 is invalid: must be in \(0, 1\]$"):
         Mine(rate=2)
+
+
+# ---- seeds: every seed a run derives must be one numpy's legacy seeding takes (< 2**32) ----
+def largest_seed(*overrides: str) -> int:
+    """The largest seed that composes with ``overrides`` (the rule's own bound, read back)."""
+    cfg = make_cfg(*overrides)
+    n, offset = cfg.env.num_envs * cfg.distributed.nproc_per_node, cfg.eval.seed_offset
+    return SEED_LIMIT - max(n, offset + cfg.eval.episodes)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [(), ("eval.seed_offset=0", "env.num_envs=16", "collector.frames_per_batch=256")],
+    ids=str,
+)
+def test_the_largest_seed_composes_and_one_more_is_refused(overrides):
+    top = largest_seed(*overrides)
+    assert make_cfg(*overrides, f"seed={top}").seed == top
+    with pytest.raises(ConfigError, match=rf"^seed={top + 1} is invalid: .* choose seed <= {top}$"):
+        make_cfg(*overrides, f"seed={top + 1}")
+
+
+def test_the_derived_seeds_reach_the_eval_envs_last_seed():
+    """Default eval: seed + 1,000,000 + (10 - 1) is the largest derived seed."""
+    assert largest_seed() == SEED_LIMIT - 1_000_000 - 10
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 2**64])
+def test_a_seed_outside_numpys_range_is_refused(seed):
+    with pytest.raises(
+        ConfigError, match=rf"^seed={seed} is invalid: must be in \[0, 4294967296\)"
+    ):
+        make_cfg(f"seed={seed}")
+
+
+def test_a_negative_eval_seed_is_refused():
+    with pytest.raises(
+        ConfigError, match=r"^eval.seed_offset=-5 is invalid: .*eval.seed_offset >= 0"
+    ):
+        make_cfg("eval.seed_offset=-5")
+    assert make_cfg("seed=5", "eval.seed_offset=-5").eval.seed_offset == -5

@@ -35,6 +35,7 @@ from rltool.config.optim import OptimConfig
 from rltool.config.policy import PolicyConfig
 from rltool.config.run import (
     EVAL_EVERY,
+    SEED_LIMIT,
     SMALL_BUDGET,
     CheckpointConfig,
     Config,
@@ -45,6 +46,7 @@ from rltool.config.run import (
 __all__ = [
     "ENV_SUITES",
     "EVAL_EVERY",
+    "SEED_LIMIT",
     "SMALL_BUDGET",
     "BufferConfig",
     "CSVLoggerConfig",

@@ -18,6 +18,11 @@ from rltool.config.optim import OptimConfig
 from rltool.config.policy import PolicyConfig
 from rltool.errors import ConfigError
 
+# every seed a run derives goes to np.random.seed (rltool/train.py's seed_everything: 32 bits),
+# torch.manual_seed (64 bits) or gymnasium's reset(seed): numpy's bound holds for all
+SEED_LIMIT = 2**32
+SEED_WHY = "numpy's legacy seeding takes 32 bits"
+
 
 @dataclass
 class EvalConfig:
@@ -61,8 +66,9 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     resume: str | None = None  # a run folder to continue (rltool train resume=<run_dir>)
-    # seeds python, numpy, torch and the envs (eval envs: + eval.seed_offset)
-    seed: int = ranged(0, ge=0)
+    # seeds python, numpy, torch and the envs (eval envs: + eval.seed_offset); every seed the run
+    # derives from it (+ env index, rank x env.num_envs, eval.seed_offset) must be < 2**32
+    seed: int = ranged(0, ge=0, lt=SEED_LIMIT, why=SEED_WHY)
     total_frames: int = ranged(100_000, ge=1)  # the budget: env steps of all envs together
     num_threads: int = ranged(1, ge=1)  # torch intra-op threads (1: fastest for these small models)
     # torch.compile the acting step and the loss with its backward (rltool/run/compile.py), for
@@ -72,6 +78,7 @@ class Config:
 
     def __post_init__(self):
         check_fields(self, "")
+        check_seeds(self)
         if self.eval.every_frames is None:
             self.eval.every_frames = default_eval_every(self.total_frames)
         fpb, n = self.collector.frames_per_batch, self.env.num_envs
@@ -90,6 +97,34 @@ class Config:
             "compile=false",
         )
         check_algorithm(self)
+
+
+def check_seeds(cfg: Config) -> None:
+    """The seeds a run derives (rltool/train.py): rank r's env i ``seed + r * env.num_envs + i``,
+    eval env i ``seed + eval.seed_offset + i`` (``eval.episodes`` envs); each must be one numpy
+    and gymnasium accept, in [0, 2**32)."""
+    offset = cfg.eval.seed_offset
+    check(
+        cfg.seed + offset >= 0,
+        "eval.seed_offset",
+        offset,
+        f"seed + eval.seed_offset = {cfg.seed + offset} seeds the eval envs, and a seed must be "
+        f">= 0: choose eval.seed_offset >= {-cfg.seed}",
+    )
+    derived = {
+        "(distributed.nproc_per_node x env.num_envs - 1)": (
+            cfg.distributed.nproc_per_node * cfg.env.num_envs - 1
+        ),
+        "eval.seed_offset + (eval.episodes - 1)": offset + cfg.eval.episodes - 1,
+    }
+    what, extra = max(derived.items(), key=lambda kv: kv[1])
+    check(
+        cfg.seed + extra < SEED_LIMIT,
+        "seed",
+        cfg.seed,
+        f"the run also derives seed + {what} = {cfg.seed + extra}, and every seed must be < "
+        f"2**32 ({SEED_WHY}): choose seed <= {SEED_LIMIT - 1 - extra}",
+    )
 
 
 def check_algorithm(cfg: Config) -> None:
