@@ -89,6 +89,7 @@ def test_valid_values_lists_each_keys_range_or_choices():
         (Valid(ge=0, lt=4), 4, False),
         (Valid(finite=True), float("inf"), False),
         (Valid(ge=1, null=True), None, True),
+        (Valid(gt=0, null="off"), None, True),
         (Valid(ge=1), None, False),
         (Valid(ge=1, each=True), [1, 2, 0], False),
         (Valid(choices=("a", "b"), each=True), ["a", "b"], True),

@@ -41,7 +41,7 @@ class Valid:
 
     def accepts(self, value: Any) -> bool:
         if value is None:
-            return self.null
+            return bool(self.null)
         if self.each:
             return all(self._accepts_one(v) for v in value)
         return self._accepts_one(value)
