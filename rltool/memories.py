@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rltool.algos import load_class
+from rltool.config.fields import check_fields, choice, ranged
 from rltool.errors import MOVED_KEYS, ConfigError
 
 NO_MEMORY = "mlp"  # policy.kind of the memoryless policy
@@ -31,9 +31,7 @@ NO_MEMORY = "mlp"  # policy.kind of the memoryless policy
 RESERVED = ("input_size", "hidden_size", "num_layers", "state_keys", "force_sequential")
 
 
-def _check(ok: bool, key: str, value, want: str) -> None:
-    if not ok:
-        raise ConfigError(f"policy.memory.{key}={value!r} is invalid: {want}")
+MEMORY_KEYS = "policy.memory"  # where a memory's keys live in the config
 
 
 @dataclass(frozen=True)
@@ -139,38 +137,34 @@ class GRUConfig:
     # on CPU when training: rltool's (modules/gru_kernel.py: the actor's and critic's GRU in
     # one loop, ~3x torch's there) or torch's GRU (the figures before 2026-12-06); the same
     # maths, different last-bit rounding, so a seed's run differs. Acting, CUDA: torch's
-    kernel: str = "rltool"  # rltool | torch
+    kernel: str = choice("rltool", ("rltool", "torch"))  # rltool | torch
 
     def __post_init__(self):
-        _check(self.kernel in ("torch", "rltool"), "kernel", self.kernel, "choose torch or rltool")
+        check_fields(self, MEMORY_KEYS)
 
 
 @dataclass
 class FFMConfig:
     # trace size m (null = hidden_size // 2) and context size c; state [layers, 2, m, c]
-    trace_size: int | None = 32
-    context_size: int = 4  # c: the context size of each trace
+    trace_size: int | None = ranged(32, ge=1, null=True)
+    context_size: int = ranged(4, ge=1)  # c: the context size of each trace
 
     def __post_init__(self):
-        size = self.trace_size
-        _check(size is None or size >= 1, "trace_size", size, "must be >= 1 (or null)")
-        _check(self.context_size >= 1, "context_size", self.context_size, "must be >= 1")
+        check_fields(self, MEMORY_KEYS)
 
 
 @dataclass
 class TrXLConfig:
     # attention over the last `window` steps, `heads` heads, GTrXL gates if gated
-    window: int = 16
-    heads: int = 4  # attention heads; policy.hidden_size must be a multiple
+    window: int = ranged(16, ge=1)
+    heads: int = ranged(4, ge=1)  # attention heads; policy.hidden_size must be a multiple
     gated: bool = True  # GTrXL's GRU-type gates instead of residual adds
     # the gates' z = sigmoid(... - gate_bias): at 2 (GTrXL's) ~0.12 of the attention's output
     # passes at first, at 0 half; larger starts closer to a memoryless policy
-    gate_bias: float = 2.0
+    gate_bias: float = ranged(2.0, finite=True)
 
     def __post_init__(self):
-        _check(self.window >= 1, "window", self.window, "must be >= 1")
-        _check(self.heads >= 1, "heads", self.heads, "must be >= 1")
-        _check(math.isfinite(self.gate_bias), "gate_bias", self.gate_bias, "must be finite")
+        check_fields(self, MEMORY_KEYS)
 
 
 def _check_trxl(policy) -> None:

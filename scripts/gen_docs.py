@@ -63,27 +63,17 @@ def field_comments(cls: type) -> dict[str, str]:
 
 
 def field_ranges(cls: type) -> dict[str, str]:
-    """``{field: range}`` read from the schema's own checks in ``__post_init__``:
-    ``check(cond, "<group>.<field>", value, "<want>")`` gives ``want`` and
-    ``check_choice("<group>.<field>", value, (<choices>))`` the choices (other calls: none)."""
-    post = getattr(cls, "__post_init__", None)
-    if post is None:
-        return {}
-    tree = ast.parse(textwrap.dedent(inspect.getsource(post)))
-    out: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-            continue
-        args, name = node.args, node.func.id
-        if name in ("check", "_check") and len(args) == 4:
-            key, want = args[1], args[3]
-            if isinstance(key, ast.Constant) and isinstance(want, ast.Constant):
-                out.setdefault(str(key.value).rsplit(".", 1)[-1], str(want.value))
-        elif name == "check_choice" and len(args) == 3 and isinstance(args[2], ast.Tuple):
-            choices = [str(e.value) for e in args[2].elts if isinstance(e, ast.Constant)]
-            if isinstance(args[0], ast.Constant):
-                out.setdefault(str(args[0].value).rsplit(".", 1)[-1], " | ".join(choices))
-    return out
+    """``{field: valid values}`` of the schema's declared keys (:func:`rltool.config.valid_values`:
+    a range as its ConfigError says it, choices as ``a | b``); keys checked only in code: none."""
+    return {name: valid_cell(v) for name, v in config.valid_values(cls).items()}
+
+
+def valid_cell(v: config.Valid) -> str:
+    if v.choices is None:
+        return v.text()
+    text = ("each entry: " if v.each else "") + " | ".join(v.choices)
+    text += " | null" if v.null else ""
+    return f"{text} ({v.why})" if v.why else text
 
 
 def type_name(tp) -> str:

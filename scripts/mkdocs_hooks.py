@@ -3,12 +3,13 @@ package metadata (its one source, ``pyproject.toml``), never written into a page
 
 from __future__ import annotations
 
+import contextlib
+
 
 def on_config(config):
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
+    # a tree that was never installed builds with the plain name
+    with contextlib.suppress(PackageNotFoundError):
         config["site_name"] = f"rltool {version('rltool')}"
-    except PackageNotFoundError:  # building the docs from a tree that was never installed
-        pass
     return config

@@ -27,7 +27,9 @@ from rltool.config import (
     LoggerConfig,
     OptimConfig,
     PolicyConfig,
-    check,
+    check_fields,
+    loss_reduction,
+    ranged,
 )
 from rltool.errors import ConfigError
 from rltool.losses.reduction import reduce
@@ -40,11 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 @dataclass
 class ReinforceConfig:
     name: str = "reinforce"
-    gamma: float = 0.5
-    reduction: str = "mean"
+    gamma: float = ranged(0.5, ge=0, le=1)
+    reduction: str = loss_reduction()
 
     def __post_init__(self):
-        check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
+        check_fields(self, "loss")
 
 
 class Reinforce(Algorithm):
@@ -193,7 +195,8 @@ def test_its_config_is_checked_and_unknown_algorithms_are_one_line(reinforce):
     ["rltool/train.py", "rltool/config/", "rltool/run/session.py", "rltool/modules/factory.py"],
 )
 def test_the_run_files_never_name_an_algorithm(path):
-    text = (ROOT / path).read_text()
+    files = sorted((ROOT / path).rglob("*.py")) if path.endswith("/") else [ROOT / path]
+    text = "".join(f.read_text() for f in files)
     found = re.findall(r"(?i)\b(?:ppo|dqn)\w*", text)
     assert not found, f"{path} names {sorted(set(found))}: ask rltool.algos instead"
 

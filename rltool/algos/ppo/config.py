@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rltool.config import check, check_choice, check_reduction
+from rltool.config.fields import check, check_fields, choice, loss_reduction, ranged
 
 
 @dataclass
@@ -17,23 +17,24 @@ class PPOConfig:
     also fits the memory task (conf/tuned/cartpole_pomdp_*_ppo.yaml change what it needs)."""
 
     name: str = "ppo"  # the algorithm (set by loss=ppo)
-    gamma: float = 0.98  # discount
-    gae_lambda: float = 0.8  # GAE's lambda
-    clip_epsilon: float = 0.2  # the ratio's clip range [1 - this, 1 + this]
+    gamma: float = ranged(0.98, ge=0, le=1)  # discount
+    gae_lambda: float = ranged(0.8, ge=0, le=1)  # GAE's lambda
+    clip_epsilon: float = ranged(0.2, gt=0)  # the ratio's clip range [1 - this, 1 + this]
     anneal_clip: bool = True  # clip epsilon decays linearly to 0 over total_frames
-    clip_value: float | None = None  # value clipping range; null = off
+    clip_value: float | None = ranged(None, gt=0, null=True)  # value clipping range; null = off
     normalize_advantage: bool = True  # per minibatch: zero mean, unit std
-    entropy_coef: float = 0.0  # weight of the entropy bonus
+    entropy_coef: float = ranged(0.0, ge=0)  # weight of the entropy bonus
     # an entropy bonus decays with the clip and the lr (entropy_coef 0 by default: no bonus)
     anneal_entropy: bool = True
-    value_coef: float = 0.5  # weight of the value loss
+    value_coef: float = ranged(0.5, ge=0)  # weight of the value loss
     # how the loss terms reduce over the batch: mean | sum (the loss classes also take "none",
     # a library option for per-element terms; a training step needs a scalar)
-    reduction: str = "mean"
-    epochs: int = 20  # passes over each rollout
-    num_minibatches: int = 1  # per epoch; recurrent policies split the env columns
-    target_kl: float | None = None  # stop a batch's epochs once approx_kl > 1.5x this; null = off
-    sampler: str = "auto"  # auto | steps | sequences
+    reduction: str = loss_reduction()
+    epochs: int = ranged(20, ge=1)  # passes over each rollout
+    num_minibatches: int = ranged(1, ge=1)  # per epoch; recurrent policies split the env columns
+    # stop a batch's epochs once approx_kl > 1.5x this; null = off
+    target_kl: float | None = ranged(None, gt=0, null=True)
+    sampler: str = choice("auto", ("auto", "steps", "sequences"))  # auto | steps | sequences
     # before each epoch after the first, each env column's state at t=0 is recomputed with the
     # current parameters by re-running the memory over the previous rollout (recurrent policies;
     # docs/how-to/refresh-states.md)
@@ -44,24 +45,10 @@ class PPOConfig:
     # the current weights; the loss counts the rollout's steps); episode = back to each
     # episode's first step, at most loss.bptt_episode_cap steps in all
     bptt_horizon: Any = None
-    bptt_episode_cap: int = 1024  # bptt_horizon=episode: the most steps in one sequence
+    bptt_episode_cap: int = ranged(1024, ge=1)  # bptt_horizon=episode: most steps in a sequence
 
     def __post_init__(self):
-        check(0 <= self.gamma <= 1, "loss.gamma", self.gamma, "must be in [0, 1]")
-        check(0 <= self.gae_lambda <= 1, "loss.gae_lambda", self.gae_lambda, "must be in [0, 1]")
-        check(self.clip_epsilon > 0, "loss.clip_epsilon", self.clip_epsilon, "must be > 0")
-        if self.clip_value is not None:
-            check(self.clip_value > 0, "loss.clip_value", self.clip_value, "must be > 0 or null")
-        check(self.entropy_coef >= 0, "loss.entropy_coef", self.entropy_coef, "must be >= 0")
-        check(self.value_coef >= 0, "loss.value_coef", self.value_coef, "must be >= 0")
-        check_reduction(self.reduction)
-        check(self.epochs >= 1, "loss.epochs", self.epochs, "must be >= 1")
-        check(
-            self.num_minibatches >= 1, "loss.num_minibatches", self.num_minibatches, "must be >= 1"
-        )
-        if self.target_kl is not None:
-            check(self.target_kl > 0, "loss.target_kl", self.target_kl, "must be > 0 or null")
-        check_choice("loss.sampler", self.sampler, ("auto", "steps", "sequences"))
+        check_fields(self, "loss")
         h = self.bptt_horizon
         check(
             h is None
@@ -71,7 +58,6 @@ class PPOConfig:
             h,
             "must be null (the rollout), a whole number of steps >= 1, or episode",
         )
-        check(self.bptt_episode_cap >= 1, "loss.bptt_episode_cap", self.bptt_episode_cap, ">= 1")
 
 
 def horizon(cfg) -> int | None:
