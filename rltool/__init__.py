@@ -25,7 +25,6 @@ __version__ = _version()
 # training is ``fit``: ``rltool.train`` is the training loop's module (rltool/train.py)
 __all__ = [
     "Hooks",
-    "__version__",
     "compose",
     "evaluate",
     "fit",

@@ -191,12 +191,12 @@ def test_a_killed_run_resumes_with_its_context_row_for_row(tmp_path):
     ("args", "says"),
     [
         (["policy=mlp", "loss.bptt_horizon=64"], "has no memory to train through time"),
-        (["policy=gru", "loss.bptt_horizon=64", "loss.refresh_states=true"], "choose one"),
+        (["policy=gru", "loss.bptt_horizon=1000", "loss.refresh_states=true"], "choose one"),
         (["policy=gru", "loss.bptt_horizon=0"], "loss.bptt_horizon=0 is invalid"),
         (["policy=gru", "loss.bptt_horizon=often"], "loss.bptt_horizon='often' is invalid"),
         (["policy=gru", "loss.bptt_horizon=episode", "loss.bptt_episode_cap=0"], "cap"),
         (
-            ["policy=gru", "loss.bptt_horizon=64", "distributed.nproc_per_node=2"],
+            ["policy=gru", "loss.bptt_horizon=1000", "distributed.nproc_per_node=2"],
             "data-parallel ranks do not support",
         ),
     ],
