@@ -261,7 +261,7 @@ class ActorCritic(nn.Module):
         out.update(self._choose(params, inputs))
         return out, nxt
 
-    act = step  # the step's earlier name (compile.py and user code call ``policy.act``)
+    act = step  # the step's earlier name, kept for code that calls ``policy.act``
 
     def zero_inputs_where(self, inputs: dict, is_init: torch.Tensor) -> dict:
         """``inputs`` with the previous action / reward zeroed where ``is_init`` [B, 1] (an
