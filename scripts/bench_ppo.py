@@ -146,7 +146,7 @@ class SB3Policy:
     def train(self, mode=True):
         return self
 
-    def act(self, inputs, state, is_init):
+    def step(self, inputs, state, is_init):
         obs = inputs[K.OBSERVATION].numpy()
         obs = self.normalize(obs) if self.normalize is not None else obs
         if not self.recurrent:

@@ -51,7 +51,7 @@ def episode(policy: LoadedPolicy, env, seed: int, gamma: float) -> dict:
         obs_t = policy._env._obs(np.asarray(obs)[None])
         inputs = {K.OBSERVATION: obs_t, **{k: state[k] for k in module.input_specs}}
         rnn = {k: state[k] for k in module.state_specs}
-        out, nxt = module.act(inputs, rnn, torch.zeros(1, 1, dtype=torch.bool))
+        out, nxt = module.step(inputs, rnn, torch.zeros(1, 1, dtype=torch.bool))
         values.append(value_of(out))
         action = policy._to_env(out[K.ACTION], True)
         state = {**state, **nxt}

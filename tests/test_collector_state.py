@@ -1,6 +1,6 @@
 """The collector and recurrent state: carried across batches, zeros exactly at episode starts,
-("next", state) at t == state at t+1, both collector paths identical, a user's own memory, and
-the truncation bootstrap value of a recurrent critic."""
+("next", state) at t == state at t+1, a user's own memory, and the truncation bootstrap value of
+a recurrent critic. (Both collector paths identical: tests/test_step_paths.py.)"""
 
 from __future__ import annotations
 
@@ -74,19 +74,6 @@ def test_zero_state_at_is_init_and_next_state_links(kind, use_tensordict):
             assert torch.equal(nxt[keep], following[keep])
         carried = ~b1[K.NEXT, K.DONE][-1]  # ... also across the batch boundary
         assert torch.equal(b1[K.nxt(k)][-1][carried.squeeze(-1)], b2[k][0][carried.squeeze(-1)])
-
-
-@pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("shared", [False, True])
-def test_tensor_and_tensordict_paths_identical(kind, shared):
-    policy = recurrent_policy(kind, masked_cartpole(1).specs, shared=shared)
-    fast = _collect(policy, 4 * 25, 2, use_tensordict=False)
-    slow = _collect(policy, 4 * 25, 2, use_tensordict=True)
-    for f, s in zip(fast, slow, strict=True):
-        lf, ls = _leaves(f), _leaves(s)
-        assert lf.keys() == ls.keys()
-        for k in lf:
-            assert torch.equal(lf[k], ls[k]), k
 
 
 def test_custom_memory_state_is_declared_not_assumed():

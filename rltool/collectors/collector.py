@@ -1,9 +1,10 @@
 """The collector: drives env and policy, returns rollouts as TensorDicts of batch [T, B].
 
 The rollout is preallocated once from the env's specs, the policy's outputs and the policy's state
-specs, and written in place. The per-step hot path calls the policy's tensor-level ``act``; the
-TensorDict path (``use_tensordict=True``) builds a TensorDict per step and calls ``policy(td)``.
-Both give identical rollouts (tested).
+specs, and written in place. The per-step hot path calls the policy's one step, ``policy.step``
+(:meth:`rltool.modules.policy.ActorCritic.step`); the TensorDict path (``use_tensordict=True``)
+builds a TensorDict per step and calls ``policy(td)``, an adapter over the same step. Both give
+identical rollouts (tested).
 
 Recurrent state: the state *before* step t is stored at ``[t]``, the state after it under
 ``("next", key)``. Where an episode starts (``is_init``) the stored state is zeros, so a replay from
@@ -75,7 +76,7 @@ class Collector:
         if devices.policy is not None:
             policy.to(devices.policy)
         self.env, self.policy, self.use_tensordict = env, policy, use_tensordict
-        self.act = policy.act  # the hot path's step (compile=true: compiled, rltool/run/compile.py)
+        self.act = policy.step  # the one step (compile=true: compiled, rltool/run/compile.py)
         self.T, self.B = frames_per_batch // env.num_envs, env.num_envs
         self.env_device, self.policy_device = env.device, module_device(policy)
         self.storing_device = devices.storing or self.env_device
@@ -126,7 +127,7 @@ class Collector:
         # the probe's action draws must not move the global RNG: an evaluation builds a collector,
         # and training would otherwise depend on how often it evaluates
         with torch.no_grad(), torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-            out, _ = self.policy.act(inputs, state, is_init)
+            out, _ = self.policy.step(inputs, state, is_init)
         return out
 
     def rollout_bytes(self, out: dict[str, torch.Tensor] | None = None) -> int:

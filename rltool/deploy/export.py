@@ -26,8 +26,10 @@ outputs
   with ``outputs=full``         the distribution's parameters (``logits``; ``loc``, ``scale``; or
                                 ``action_value``) and ``state_value`` where there is a critic
 
-At the first step any state works (zeros): ``is_init`` resets it. The step is tensor-only (the
-memories' ``_step``, resets by masking; FFM's ``export_step`` in real arithmetic for ONNX).
+At the first step any state works (zeros): ``is_init`` resets it. The step is the policy's one
+step (:meth:`rltool.modules.policy.ActorCritic.step`, ``export=True``), tensor-only: the memories'
+one step, resets by masking; FFM's ``export_step`` in real arithmetic for ONNX. The env's
+observation space and action bounds come from the checkpoint's env record (no env is built).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from torch import nn
 from rltool import keys as K
 from rltool.deploy.inference import Restored, restore
 from rltool.envs.normalize import EntryNormalizer, ObsNormalizer
-from rltool.envs.spaces import _leaves, image_layout
+from rltool.envs.spaces import image_layout, space_leaves
 from rltool.errors import UserError
 
 FORMATS = ("onnx", "pt2")
@@ -109,20 +111,20 @@ class _Entry(nn.Module):
 class PolicyStep(nn.Module):
     """The exported step: ``forward({input name: tensor})`` -> ``{output name: tensor}`` (the
     contract of the module docstring). Built from a :class:`~rltool.deploy.inference.Restored`
-    run."""
+    run: the raw inputs' conversion (:class:`_Entry`), then the policy's one step
+    (:meth:`~rltool.modules.policy.ActorCritic.step` with ``export=True``), then the env's
+    action conversion (:class:`~rltool.envs.spaces.ActionMap`)."""
 
     def __init__(self, restored: Restored, full: bool = False):
         super().__init__()
         policy, self.full = restored.policy, full
         self.policy = policy
-        env = restored.make_env(1)
-        space, env_specs = env.vec_env.single_observation_space, env.specs
-        env.close()
+        space = restored.record.observation_space
         self.nested = isinstance(space, gym.spaces.Dict | gym.spaces.Tuple)
         norm = restored.obs_norm
         entries = {}
         if self.nested:
-            leaves = {".".join(str(k) for k in p): s for p, s in _leaves(space)}
+            leaves = {".".join(str(k) for k in p): s for p, s in space_leaves(space)}
             norms = norm.norms if isinstance(norm, EntryNormalizer) else {}
             for k in policy.encoder.specs:
                 entries[f"{K.OBSERVATION}.{k}"] = _Entry(leaves[k], True, None, norms.get(k))
@@ -133,14 +135,7 @@ class PolicyStep(nn.Module):
         self.obs_names = list(entries)
         self.state_specs = dict(policy.state_specs)
         self.input_specs = dict(policy.input_specs)
-        act = env_specs.action
-        self.discrete = act.discrete or act.multi_discrete
-        low = np.asarray(act.low if act.low is not None else 0, np.float64)
-        high = np.asarray(act.high if act.high is not None else 0, np.float64)
-        self.register_buffer(
-            "low", torch.as_tensor(low).long() if self.discrete else torch.as_tensor(low).float()
-        )
-        self.register_buffer("high", torch.as_tensor(high).float())
+        self.action_map = restored.record.action_map()
 
     def inputs(self, batch: int = 3) -> dict[str, torch.Tensor]:
         """Example inputs (zeros; the ``is_init`` of an episode's start) for ``batch`` envs."""
@@ -152,63 +147,31 @@ class PolicyStep(nn.Module):
         out[K.IS_INIT] = torch.ones(batch, 1, dtype=torch.bool)
         return out
 
-    def _torso(self, torso, x, inputs, is_init):
-        x = torso.pre(x) if len(torso.pre) else x
-        rnn = torso.rnn
-        if rnn is None:
-            return x, {}
-        states = [inputs[k] for k in rnn.state_keys]
-        if hasattr(rnn, "export_step"):  # a tensor-only step of its own (FFM: no complex)
-            y, nxt = rnn.export_step(x, states, is_init.reshape(-1))
-        else:
-            y, nxt = rnn.run(x, states, is_init, False, True)
-        return torso.post(y), dict(zip(rnn.state_keys, nxt, strict=True))
-
     def forward(self, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        p, is_init = self.policy, inputs[K.IS_INIT]
         obs = [e(inputs[n]) for n, e in zip(self.obs_names, self.entries.values(), strict=True)]
-        if self.nested:
+        if self.nested:  # the entries as a dict: the encoder reads them by name
             names = [n.split(".", 1)[1] for n in self.obs_names]
-            enc = p.encoder
-            parts = [enc._entry(k, enc.specs[k], x) for k, x in zip(names, obs, strict=True)]
-            x = torch.cat(parts, -1) if len(parts) > 1 else parts[0]
+            observation = dict(zip(names, obs, strict=True))
         else:
-            x = p.encoder.flatten(obs[0]) if p.encoder.plain else p.encoder(obs[0])
-        prev = {}
-        for k in self.input_specs:  # zero where is_init, as the collector stores them
-            v = inputs[k]
-            prev[k] = torch.where(is_init.reshape(-1, *[1] * (v.dim() - 1)), 0, v)
-        if K.PREV_ACTION in prev:
-            x = torch.cat([x, p._prev_action(prev[K.PREV_ACTION], x.dtype)], -1)
-        if K.PREV_REWARD in prev:
-            x = torch.cat([x, prev[K.PREV_REWARD].to(x.dtype)], -1)
-        feat, nxt = self._torso(p.actor_torso, x, inputs, is_init)
-        params = p.dist(feat)
-        q = params.get(K.ACTION_VALUE)  # a Q-network acts greedily on its Q-values
-        action = q.argmax(-1) if p.is_q else p.dist.sample(params, False)
-        out = {"action": self._to_env(action)}
-        value = None
-        if p.has_critic:
-            cfeat = feat
-            if p.critic_torso is not p.actor_torso:
-                cfeat, cnxt = self._torso(p.critic_torso, x, inputs, is_init)
-                nxt.update(cnxt)
-            value = p.critic(cfeat) if self.full else None
+            observation = obs[0]
+        step_inputs = {K.OBSERVATION: observation, **{k: inputs[k] for k in self.input_specs}}
+        state = {k: inputs[k] for k in self.state_specs}
+        step, nxt = self.policy.step(step_inputs, state, inputs[K.IS_INIT], export=True)
+        action = step[K.ACTION]
+        out = {"action": self.action_map(action)}
         for k in self.state_specs:
             out[NEXT + k] = nxt[k]
         if K.PREV_ACTION in self.input_specs:
             out[NEXT + K.PREV_ACTION] = action
-        if self.full:
-            out.update(params)
-            if value is not None:
-                out[K.STATE_VALUE] = value
+        if self.full:  # the distribution's parameters, then the value
+            out.update({k: v for k, v in step.items() if k not in _NOT_PARAMS})
+            if K.STATE_VALUE in step:
+                out[K.STATE_VALUE] = step[K.STATE_VALUE]
         return out
 
-    def _to_env(self, action: torch.Tensor) -> torch.Tensor:
-        """As LoadedPolicy: the discrete offset (``Discrete(start=)``), continuous clipping."""
-        if self.discrete:
-            return action + (self.low[0] if action.dim() == 1 else self.low)
-        return torch.minimum(torch.maximum(action, self.low), self.high)
+
+# the step's outputs that are no distribution parameter
+_NOT_PARAMS = (K.ACTION, K.SAMPLE_LOG_PROB, K.CHOSEN_ACTION_VALUE, K.STATE_VALUE)
 
 
 def contract(step: PolicyStep, fmt: str, run, checkpoint: str) -> dict:

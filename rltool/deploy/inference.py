@@ -31,7 +31,8 @@ from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
 from rltool.config.store import read_saved
 from rltool.envs import make_env
-from rltool.envs.normalize import EntryNormalizer, ObsNormalizer
+from rltool.envs.normalize import EntryNormalizer, ObsNormalizer, make_obs_normalizer
+from rltool.envs.record import EnvRecord
 from rltool.envs.vector import VectorEnv
 from rltool.errors import UserError
 from rltool.modules import make_policy
@@ -45,8 +46,9 @@ def _typed(schema, node: dict):
 
 @dataclass
 class Restored:
-    """A checkpoint turned back into objects: the configs, the policy (exploit, eval), and the
-    frozen observation normaliser (or None)."""
+    """A checkpoint turned back into objects: the configs, the policy (exploit, eval), the
+    frozen observation normaliser (or None) and the env's record (specs, converter, mask source,
+    action map: :class:`~rltool.envs.record.EnvRecord`)."""
 
     env_cfg: EnvConfig
     policy_cfg: PolicyConfig
@@ -55,6 +57,7 @@ class Restored:
     obs_norm: ObsNormalizer | EntryNormalizer | None
     frames: int
     checkpoint: str  # the file's name
+    record: EnvRecord
 
     def make_env(self, num_envs: int, **kwargs) -> VectorEnv:
         """An eval env: frozen shared normalisation, no reward scaling, sync backend."""
@@ -101,15 +104,20 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
     loaded with ``weights_only=True`` (:func:`rltool.run.checkpoint.load`). The run's own
     ``config.yaml`` is trusted, not the file: a checkpoint written with another env, policy or
-    algorithm (a file copied in from another run) is refused, as a resume refuses it."""
+    algorithm (a file copied in from another run) is refused, as a resume refuses it. No env is
+    built where the checkpoint holds the env's record (``env``, written by every checkpoint now);
+    an older checkpoint's record is learnt from a throwaway env, as before."""
     path = checkpoint_path(run_dir, checkpoint)
     body = ckpt.load(path)
     config, state = memories.migrate(body["config"]), body["state"]  # older runs' layout too
     _check_run(Path(run_dir), config, path)
     env_cfg, policy_cfg = _typed(EnvConfig, config["env"]), _typed(PolicyConfig, config["policy"])
-    probe = make_env(env_cfg, num_envs=1, training=False, backend="sync")
-    specs, obs_norm = probe.specs, probe.obs_norm  # a fresh normaliser of the run's layout
-    probe.close()
+    record = env_record(body, env_cfg)
+    specs, obs_norm = record.specs, None
+    if env_cfg.normalize_obs:  # a fresh normaliser of the run's layout, as make_env builds it
+        obs_norm = make_obs_normalizer(
+            specs.observation, env_cfg.clip_obs, env_cfg.normalize_obs_frames
+        )
     if state.get("obs_norm") is not None and obs_norm is not None:
         obs_norm.load_state_dict(state["obs_norm"])
     policy = make_policy(policy_cfg, specs, heads=algos.get(config["loss"]["name"]).heads)
@@ -123,7 +131,17 @@ def restore(run_dir, checkpoint: str | None = None) -> Restored:
     policy.eval()
     policy.explore = False
     frames = int(body["counters"]["frames"])
-    return Restored(env_cfg, policy_cfg, config, policy, obs_norm, frames, path.name)
+    return Restored(env_cfg, policy_cfg, config, policy, obs_norm, frames, path.name, record)
+
+
+def env_record(body: dict, env_cfg: EnvConfig) -> EnvRecord:
+    """The env's record of a loaded checkpoint ``body``: its ``env`` entry, or, in a checkpoint
+    written before records (or of a space without a plain form), a throwaway env's."""
+    if body.get("env") is not None:
+        return EnvRecord.from_plain(body["env"])
+    probe = make_env(env_cfg, num_envs=1, training=False, backend="sync")
+    probe.close()
+    return probe.record
 
 
 def _check_run(run_dir: Path, config: dict, path: Path) -> None:
@@ -146,9 +164,9 @@ class LoadedPolicy:
 
     def __init__(self, restored: Restored):
         self.restored, self.module = restored, restored.policy
-        env = restored.make_env(1)
-        self._env, self.specs = env, env.specs
-        env.close()
+        record = restored.record
+        self.specs, self.convert, self.mask_source = record.specs, record.converter, record.mask
+        self.action_map = record.action_map()
 
     def initial_state(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
         """Zeros for the recurrent state (and the previous action / reward inputs)."""
@@ -161,17 +179,19 @@ class LoadedPolicy:
     def __call__(
         self, observation, state: dict, reward=None, *, action_mask=None, info=None, env=None
     ):
-        one = self._env._convert.batch_one(observation)  # None when already a batch
+        one = self.convert.batch_one(observation)  # None when already a batch
         single = one is not None
         raw = one if single else observation
-        batch = self._env._convert.batch_size(raw)
+        batch = self.convert.batch_size(raw)
         for k, v in state.items():
             if v.shape[0] != batch:
                 raise UserError(
                     f"state[{k!r}] is for {v.shape[0]} env(s) but {batch} observation(s) came: "
                     f"start from policy.initial_state({batch})"
                 )
-        obs = self._env._obs(raw)  # the env layer's conversion; frozen normalisation (eval env)
+        obs = self.convert(raw)  # the env layer's conversion; frozen normalisation
+        if self.restored.obs_norm is not None:
+            obs = self.restored.obs_norm(obs, False)
         inputs = {K.OBSERVATION: obs}
         for k in self.module.input_specs:
             inputs[k] = state[k]
@@ -181,18 +201,19 @@ class LoadedPolicy:
             inputs[K.ACTION_MASK] = self._mask(observation, action_mask, info, env, obs.shape[0])
         rnn_state = {k: state[k] for k in self.module.state_specs}
         is_init = torch.zeros(obs.shape[0], 1, dtype=torch.bool)
-        out, nxt = self.module.act(inputs, rnn_state, is_init)
+        out, nxt = self.module.step(inputs, rnn_state, is_init)
         action = out[K.ACTION]
         new_state = dict(nxt)
         if K.PREV_ACTION in self.module.input_specs:
             new_state[K.PREV_ACTION] = action
         if K.PREV_REWARD in self.module.input_specs:
             new_state[K.PREV_REWARD] = inputs[K.PREV_REWARD]
-        return self._to_env(action, single), new_state
+        env_action = self.action_map(action).cpu().numpy()
+        return env_action[0] if single else env_action, new_state
 
     def _mask(self, observation, action_mask, info, env, batch: int) -> torch.Tensor:
         """The mask [B, n] bool, given or read from the source training used."""
-        source, n = self._env._masks, self.specs.action_mask.shape[0]
+        source, n = self.mask_source, self.specs.action_mask.shape[0]
         m = action_mask if action_mask is not None else source.read_one(observation, info, env)
         m = np.asarray(m)
         if m.size != batch * n or m.dtype.kind not in "biu":
@@ -201,21 +222,6 @@ class LoadedPolicy:
                 f"policy: give [{n}] (or [B, {n}]) bools, one per action"
             )
         return torch.from_numpy(m.reshape(batch, n).astype(bool))
-
-    def _to_env(self, action: torch.Tensor, single: bool):
-        a = action.cpu().numpy()
-        spec = self.specs.action
-        if spec.discrete:
-            a = a + int(spec.low[0])
-        elif spec.multi_discrete:
-            a = a + np.asarray(spec.low, dtype=a.dtype)
-        else:
-            a = np.clip(
-                a,
-                np.asarray(spec.low).reshape(a.shape[1:]),
-                np.asarray(spec.high).reshape(a.shape[1:]),
-            )
-        return a[0] if single else a
 
 
 def load_policy(run_dir, checkpoint: str | None = None) -> tuple[LoadedPolicy, dict]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from rltool.envs.spaces import _leaves
+from rltool.envs.spaces import space_leaves
 from rltool.errors import ConfigError, UserError
 
 AUTO_ENTRY, AUTO_METHOD, AUTO_INFO = "action_mask", "action_masks", "action_mask"
@@ -33,7 +33,7 @@ def _entries(space: gym.Space) -> dict[str, tuple]:
     """name -> (path, space) of a Dict / Tuple space's leaves ({} for a flat space)."""
     if not isinstance(space, gym.spaces.Dict | gym.spaces.Tuple):
         return {}
-    return {".".join(str(k) for k in p): (p, s) for p, s in _leaves(space)}
+    return {".".join(str(k) for k in p): (p, s) for p, s in space_leaves(space)}
 
 
 def _sizes(action_space: gym.Space) -> list[int] | None:

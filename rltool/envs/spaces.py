@@ -86,7 +86,7 @@ def entry_spec(space: gym.Space, name: str, symbolic: bool = False):
     )
 
 
-def _leaves(space: gym.Space, prefix=()):
+def space_leaves(space: gym.Space, prefix=()):
     """(path, space) of every leaf of a Dict / Tuple space; a path is a tuple of keys."""
     if isinstance(space, gym.spaces.Dict):
         items = space.spaces.items()
@@ -96,7 +96,7 @@ def _leaves(space: gym.Space, prefix=()):
         yield prefix, space
         return
     for k, sub in items:
-        yield from _leaves(sub, (*prefix, k))
+        yield from space_leaves(sub, (*prefix, k))
 
 
 def _get(raw, path):
@@ -123,7 +123,7 @@ class NestedConverter:
     def __init__(
         self, space: gym.Space, obs_keys: list[str] | None, symbolic: bool, exclude: tuple = ()
     ):
-        leaves = {".".join(str(k) for k in p): (p, s) for p, s in _leaves(space)}
+        leaves = {".".join(str(k) for k in p): (p, s) for p, s in space_leaves(space)}
         for k in obs_keys or []:
             if k not in leaves:
                 raise ConfigError(
@@ -268,3 +268,59 @@ def make_converter(
     if nested:
         return NestedConverter(space, obs_keys, symbolic, exclude)
     return FlatConverter(space, keep, symbolic)
+
+
+def action_spec(space: gym.Space) -> Spec:
+    if isinstance(space, gym.spaces.Discrete):
+        return Spec((), torch.int64, n=int(space.n), low=(float(space.start),))
+    if isinstance(space, gym.spaces.Box):
+        return Spec(
+            tuple(space.shape),
+            torch.float32,
+            low=tuple(space.low.reshape(-1).tolist()),
+            high=tuple(space.high.reshape(-1).tolist()),
+        )
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        nvec = tuple(int(n) for n in space.nvec)
+        return Spec((len(nvec),), torch.int64, nvec=nvec, low=tuple(float(s) for s in space.start))
+    raise ConfigError(
+        f"unsupported action space {space}: rltool handles Discrete, 1-D MultiDiscrete and Box "
+        "actions"
+    )
+
+
+class ActionMap(torch.nn.Module):
+    """Policy action <-> env action of an action :class:`Spec` (the one conversion the env,
+    ``load_policy`` and the exported step all use): a ``Discrete`` / ``MultiDiscrete`` action
+    gets the space's start added (``spec.low``), a continuous one is clipped to its ``Box``
+    bounds (the Gaussian's sample is unbounded). Tensors in, tensors out, shapes kept ([B] int64,
+    [B, k] int64, [B, *shape] float32); export-safe (its bounds are buffers)."""
+
+    def __init__(self, spec: Spec):
+        super().__init__()
+        self.discrete = spec.discrete or spec.multi_discrete
+        if self.discrete:
+            low = torch.tensor([int(s) for s in spec.low or (0,)], dtype=torch.int64)
+            self.offset = bool(low.any())  # no start: the action is the env action (no op)
+            self.register_buffer("low", low if spec.multi_discrete else low[0])
+        else:
+            self.offset = False
+            bounds = [
+                torch.tensor(b, dtype=torch.float32).reshape(spec.shape)
+                for b in (spec.low, spec.high)
+            ]
+            self.register_buffer("low", bounds[0])
+            self.register_buffer("high", bounds[1])
+
+    def forward(self, action: torch.Tensor) -> torch.Tensor:
+        """The env action of a policy action."""
+        if self.discrete:
+            return action + self.low if self.offset else action
+        return torch.minimum(torch.maximum(action, self.low), self.high)
+
+    def inverse(self, env_action: torch.Tensor) -> torch.Tensor:
+        """The policy action of an env action (a continuous one as it is: clipping keeps
+        actions inside the bounds, where the two agree)."""
+        if self.discrete:
+            return env_action - self.low if self.offset else env_action
+        return env_action

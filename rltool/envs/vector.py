@@ -20,10 +20,9 @@ from rltool import keys as K
 from rltool.envs.faults import EnvGuard
 from rltool.envs.masks import MaskSource
 from rltool.envs.normalize import ObsNormalizer, RewardScaler
+from rltool.envs.record import EnvRecord
 from rltool.envs.spaces import make_converter
 from rltool.envs.state import get_env_state, set_env_state
-from rltool.errors import ConfigError
-from rltool.specs import EnvSpecs, Spec
 
 
 class StepResult(NamedTuple):
@@ -52,25 +51,6 @@ def observation_spec(
     return conv.spec, conv
 
 
-def action_spec(space: gym.Space) -> Spec:
-    if isinstance(space, gym.spaces.Discrete):
-        return Spec((), torch.int64, n=int(space.n), low=(float(space.start),))
-    if isinstance(space, gym.spaces.Box):
-        return Spec(
-            tuple(space.shape),
-            torch.float32,
-            low=tuple(space.low.reshape(-1).tolist()),
-            high=tuple(space.high.reshape(-1).tolist()),
-        )
-    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
-        nvec = tuple(int(n) for n in space.nvec)
-        return Spec((len(nvec),), torch.int64, nvec=nvec, low=tuple(float(s) for s in space.start))
-    raise ConfigError(
-        f"unsupported action space {space}: rltool handles Discrete, 1-D MultiDiscrete and Box "
-        "actions"
-    )
-
-
 class VectorEnv:
     """TensorDict env over a gymnasium vector env (which must use SAME_STEP autoreset). What
     goes wrong inside the env is an :class:`~rltool.errors.EnvError` naming ``env_id``; ``check``
@@ -94,11 +74,12 @@ class VectorEnv:
         self.vec_env, self.num_envs = vec_env, vec_env.num_envs
         space = vec_env.single_observation_space
         self._masks = action_mask
-        exclude = action_mask.excluded(obs_keys) if action_mask is not None else ()
-        obs, self._convert = observation_spec(space, obs_keep, obs_keys, symbolic, exclude)
-        mask_spec = Spec((action_mask.n,), torch.bool) if action_mask is not None else None
-        act_spec = action_spec(vec_env.single_action_space)
-        self.specs = EnvSpecs(observation=obs, action=act_spec, action_mask=mask_spec)
+        # what a policy needs of this env (specs, converter, mask source), saved in checkpoints
+        self.record = EnvRecord(
+            space, vec_env.single_action_space, obs_keep, obs_keys, symbolic, action_mask
+        )
+        self._convert, self.specs = self.record.converter, self.record.specs
+        obs = self.specs.observation
         self.action_mask = self.next_action_mask = None
         env_id = env_id or getattr(getattr(vec_env, "spec", None), "id", None) or "?"
         self.guard = EnvGuard(vec_env, env_id, check, obs)
@@ -106,17 +87,7 @@ class VectorEnv:
         self.obs_norm, self.reward_scaler = obs_norm, reward_scaler
         self.device = torch.device(device)
         self.training = True
-        act = self.specs.action
-        self._discrete = act.discrete or act.multi_discrete
-        if not self._discrete:
-            self._low = np.asarray(vec_env.single_action_space.low, dtype=np.float32)
-            self._high = np.asarray(vec_env.single_action_space.high, dtype=np.float32)
-        self._act_offset = None
-        if act.discrete:
-            self._act_offset = int(act.low[0])
-        elif act.multi_discrete and any(act.low):
-            self._act_offset = np.asarray(act.low, dtype=np.int64)
-        self._has_offset = self._act_offset is not None and bool(np.any(self._act_offset))
+        self.action_map = self.record.action_map()  # policy action -> env action
         # [B, 1] like the tensors they become: no reshape per step
         self._ep_return = np.zeros((self.num_envs, 1))
         self._ep_length = np.zeros((self.num_envs, 1), dtype=np.int64)
@@ -163,11 +134,7 @@ class VectorEnv:
 
     def step_tensors(self, action: torch.Tensor) -> StepResult:
         act = action.detach()
-        act = (act if act.device.type == "cpu" else act.cpu()).numpy()
-        if self._discrete:
-            act = act + self._act_offset if self._has_offset else act
-        else:  # the policy's Gaussian sample is unbounded; the env gets it clipped to its bounds
-            act = np.clip(act, self._low, self._high)
+        act = self.action_map(act if act.device.type == "cpu" else act.cpu()).numpy()
         g = self.guard
         g.steps += 1
         raw, reward, term, trunc, info = g.call("step", self.vec_env.step, act)

@@ -10,7 +10,6 @@ Nature-DQN stack for images of 64 px and up (``policy.cnn`` overrides the choice
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
 from torch import nn
 
 from rltool.config import PolicyConfig
@@ -133,6 +132,6 @@ class ObsEncoder(nn.Module):
             return self.flatten(obs)
         if not self.nested:
             return self.images["observation"](obs)
-        assert isinstance(obs, TensorDictBase)
-        parts = [self._entry(k, s, obs.get(k)) for k, s in self.specs.items()]
+        # a nested observation: a TensorDict, or a dict of its entries (the exported step's)
+        parts = [self._entry(k, s, obs[k]) for k, s in self.specs.items()]
         return torch.cat(parts, -1) if len(parts) > 1 else parts[0]

@@ -1,8 +1,10 @@
 """The policy: inputs -> torso (MLP, or encoder -> memory -> MLP) -> heads.
 
-Two entry points that share every line of maths:
-- ``act(inputs, state, is_init)``: tensor level, one step for [B] (the collector's hot path);
-- ``forward(td)``: the TensorDict path (one step in sequential mode, a [T, B] rollout in temporal).
+One step, :meth:`ActorCritic.step` (inputs and states -> action, distribution parameters, value
+and next states, for [B] envs), is the step of every caller: the collector's hot path,
+``load_policy`` (:mod:`rltool.deploy.inference`) and the exported module
+(:mod:`rltool.deploy.export`, which traces it with ``export=True``). ``forward(td)`` is the
+TensorDict path: an adapter over the same step in sequential mode, a [T, B] rollout in temporal.
 ``evaluate(td)`` scores stored actions over a [T, B] rollout for the losses.
 """
 
@@ -65,14 +67,22 @@ class Torso(nn.Module):
     def state_specs(self) -> dict[str, Spec]:
         return self.rnn.state_specs if self.rnn is not None else {}
 
-    def forward(self, x, state: dict, is_init, time_dim: bool, need_states: bool = True):
-        """Returns features and the next state (a dict; empty for an MLP)."""
+    def forward(
+        self, x, state: dict, is_init, time_dim: bool, need_states: bool = True, export=False
+    ):
+        """Returns features and the next state (a dict; empty for an MLP). ``export``: one step
+        through the memory's export-safe ``export_step`` where it has one (FFM: no complex
+        tensors), else its ``run``."""
         x = self.pre(x) if len(self.pre) else x  # an empty encoder costs a module call per step
         rnn = self.rnn  # (each submodule lookup is a Python call: once per step, not thrice)
         if rnn is None:
             return x, {}
         keys = rnn.state_keys
-        y, nxt = rnn.run(x, [state[k] for k in keys], is_init, time_dim, need_states)
+        states = [state[k] for k in keys]
+        if export and hasattr(rnn, "export_step"):
+            y, nxt = rnn.export_step(x, states, is_init.reshape(-1))
+        else:
+            y, nxt = rnn.run(x, states, is_init, time_dim, need_states)
         nxt = dict(zip(keys, nxt, strict=True)) if nxt is not None else {}
         return self.post(y), nxt
 
@@ -191,43 +201,76 @@ class ActorCritic(nn.Module):
             parts.append(inputs[K.PREV_REWARD].to(x.dtype))
         return torch.cat(parts, -1) if len(parts) > 1 else parts[0]
 
-    def _heads(self, inputs, state, is_init, time_dim, need_states):
+    def _heads(self, inputs, state, is_init, time_dim, need_states, export=False):
         x = self.encode(inputs)
         torsos = self.torsos
         if time_dim and len(torsos) > 1:  # a sequence: the two memories may share one loop
             (feat, nxt), (cfeat, cnxt) = Torso.run_many(torsos, x, state, is_init, need_states)
         else:
-            feat, nxt = self.actor_torso(x, state, is_init, time_dim, need_states)
+            feat, nxt = self.actor_torso(x, state, is_init, time_dim, need_states, export)
             cfeat, cnxt = feat, {}
             if len(torsos) > 1:
-                cfeat, cnxt = self.critic_torso(x, state, is_init, time_dim, need_states)
+                cfeat, cnxt = self.critic_torso(x, state, is_init, time_dim, need_states, export)
         params, out = self.dist(feat), {}
-        if self.mask_key is not None and not self.is_q:  # Q-values stay raw; masked in _choose
-            params[K.LOGITS] = mask_logits(params[K.LOGITS], inputs[self.mask_key])
+        mask = self._mask(inputs)
+        if mask is not None and not self.is_q:  # Q-values stay raw; masked in _choose
+            params[K.LOGITS] = mask_logits(params[K.LOGITS], mask)
         if self.has_critic:
             out[K.STATE_VALUE] = self.critic(cfeat)
         return params, out, {**nxt, **cnxt}
+
+    def _mask(self, inputs: dict) -> torch.Tensor | None:
+        """The inputs' ``action_mask`` of a masked policy (the exported step is given none)."""
+        return inputs.get(self.mask_key) if self.mask_key is not None else None
 
     def _choose(self, params: dict, inputs: dict) -> dict[str, torch.Tensor]:
         """The action and what goes with it: ``sample_log_prob``, or ``chosen_action_value``
         [*, 1] for a Q-network (epsilon-greedy when exploring, greedy otherwise); valid actions
         only where the inputs hold an ``action_mask``."""
-        masked = self.mask_key is not None
+        mask = self._mask(inputs)
         if self.is_q:
             q = params[K.ACTION_VALUE]
-            mask = inputs[self.mask_key] if masked else None
             action = epsilon_greedy(q, self.epsilon if self.explore else 0.0, mask)
             return {K.ACTION: action, K.CHOSEN_ACTION_VALUE: q.gather(-1, action.unsqueeze(-1))}
-        action = self.dist.sample(params, self.explore, masked)
+        action = self.dist.sample(params, self.explore, mask is not None)
         return {K.ACTION: action, K.SAMPLE_LOG_PROB: self.dist.log_prob(params, action)}
 
-    def act(self, inputs: dict, state: dict, is_init: torch.Tensor):
-        """One step for a [B] batch. Returns (outputs: action, sample_log_prob, dist params,
-        state_value -- or action, action_value, chosen_action_value; next state dict)."""
-        params, out, nxt = self._heads(inputs, state, is_init, False, True)
+    def step(self, inputs: dict, state: dict, is_init: torch.Tensor, export: bool = False):
+        """The policy's one step, for a [B] batch (every caller's: see the module docstring).
+
+        Args:
+            inputs: ``observation`` [B, ...] (a nested one: a TensorDict or a dict of its entries),
+                ``prev_action`` / ``prev_reward`` where ``in_keys`` has them, ``action_mask``
+                [B, n] bool for a masked policy.
+            state: the recurrent state before the step, {state key: [B, ...]} (``state_specs``).
+            is_init: [B, 1] bool, True at an episode's first step (the state is reset there).
+            export: the exported step's contract: the previous action / reward taken as zeros
+                where ``is_init`` (the collector zeroes them itself), each memory's export-safe
+                step, and no mask required.
+
+        Returns:
+            (outputs, next state): outputs ``action`` [B, ...] (the policy's action: see
+            :class:`rltool.envs.spaces.ActionMap` for the env's), the distribution's parameters,
+            ``sample_log_prob`` and ``state_value`` [B, 1] -- or, for a Q-network,
+            ``action_value`` and ``chosen_action_value``; the next state {state key: [B, ...]}.
+        """
+        if export:
+            inputs = self.zero_inputs_where(inputs, is_init)
+        params, out, nxt = self._heads(inputs, state, is_init, False, True, export)
         out.update(params)
         out.update(self._choose(params, inputs))
         return out, nxt
+
+    act = step  # the step's earlier name, kept for code that calls ``policy.act``
+
+    def zero_inputs_where(self, inputs: dict, is_init: torch.Tensor) -> dict:
+        """``inputs`` with the previous action / reward zeroed where ``is_init`` [B, 1] (an
+        episode's first step has none), as the collector stores them."""
+        out = dict(inputs)
+        for k in self.input_specs:
+            v = inputs[k]
+            out[k] = torch.where(is_init.reshape(-1, *[1] * (v.dim() - 1)), 0, v)
+        return out
 
     def state_value(self, inputs: dict, state: dict, is_init: torch.Tensor) -> torch.Tensor:
         """V of one step [B] -> [B, 1] (the truncation bootstrap). Needs a critic."""
@@ -256,8 +299,12 @@ class ActorCritic(nn.Module):
         [T, *B] in temporal mode."""
         temporal = self._temporal()
         inputs, state, is_init = self._read(td, temporal)
-        params, out, nxt = self._heads(inputs, state, is_init, temporal, True)
-        for k, v in {**params, **out, **self._choose(params, inputs)}.items():
+        if temporal:
+            params, out, nxt = self._heads(inputs, state, is_init, True, True)
+            out = {**params, **out, **self._choose(params, inputs)}
+        else:  # the one step (:meth:`step`), read from and written to the TensorDict
+            out, nxt = self.step(inputs, state, is_init)
+        for k, v in out.items():
             td.set(k, v)
         for k, v in nxt.items():
             td.set(K.nxt(k), v)

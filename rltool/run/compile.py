@@ -2,7 +2,7 @@
 
 What is compiled, in place, after :func:`rltool.train.build`:
 
-- the collector's acting step, ``collector.act`` = ``policy.act(inputs, state, is_init)`` for a
+- the collector's acting step, ``collector.act`` = ``policy.step(inputs, state, is_init)`` for a
   [B] batch (one graph: encoder, torso, one memory step, heads, the action's draw); not a
   Q-network's (DQN's epsilon, a float annealed at each update, would recompile it);
 - the algorithm's loss module's ``forward`` (``algo.loss``: PPO's and DQN's) for a stateless

@@ -269,6 +269,7 @@ class Session:
             payload = {
                 "counters": dataclasses.asdict(c),
                 "config": _plain(self.cfg),
+                "env": self.run.env.record.to_plain(),
                 "state": state,
             }
             self.dir.mkdir(parents=True, exist_ok=True)
@@ -291,6 +292,7 @@ class Session:
             return None
         counters = dataclasses.replace(self.counters, elapsed_s=self.elapsed())
         payload = {"counters": dataclasses.asdict(counters), "config": _plain(self.cfg), **packed}
+        payload["env"] = self.run.env.record.to_plain()  # load_policy / export build no env
         _fsync(self.run_dir / self.cfg.logger.csv.filename)  # its rows up to here survive too
         path = ckpt.save(self.dir, self.counters.frames, payload, folders, self.cfg.checkpoint.keep)
         self.last_saved = self.counters.frames
