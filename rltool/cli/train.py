@@ -28,7 +28,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rltool.cli import hydra_app, launch, sweep_plan
-from rltool.cli.resume_argv import check_no_schema, cleanup, path_value, resume_args
+from rltool.cli.resume_argv import check_no_schema, path_value, resume_args
 from rltool.config.store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.run.hooks import Hooks
@@ -250,11 +250,10 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
         lines = sweep_plan.plan(argv)
         print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
         return EXIT_OK
-    args, tmp = resume_args(argv)
+    args = resume_args(argv)
     rank = launch.worker_rank()
     shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
     if rank is None and not shows and (n := launch.nproc(args)) > 1:
-        cleanup(tmp)
         return launch.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
     scratch = None
     if rank:  # ranks > 0 write nothing (rank 0 shares its run folder)
@@ -273,8 +272,8 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
             _tidy(command.before)
         raise
     finally:
-        cleanup(tmp)
-        cleanup(scratch)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         if took:
             runlock.release(target)
     result = command.result
