@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from rltool.cli import hydra_app, launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, path_value, resume_args
 from rltool.config.store import conf_dir, register_configs, to_config
+from rltool.distributed.environ import worker_rank
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.run.hooks import Hooks
 from rltool.runfolder import lock as runlock
@@ -144,7 +145,7 @@ def _join(dcfg: DictConfig):
     distributed run (torchrun, Slurm, :func:`launch.launch`)."""
     from rltool.distributed import ranks as distributed
 
-    if launch.worker_rank() is None:
+    if worker_rank() is None:
         return distributed.SOLO
     return distributed.join(to_config(dcfg))  # in a sweep: each task of a submitit job a rank
 
@@ -251,7 +252,7 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
         print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
         return EXIT_OK
     args = resume_args(argv)
-    rank = launch.worker_rank()
+    rank = worker_rank()
     shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
     if rank is None and not shows and (n := launch.nproc(args)) > 1:
         return launch.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
