@@ -36,37 +36,16 @@ from rltool.run.hooks import Hooks
 from rltool.runfolder import lock as runlock
 from rltool.runfolder.layout import RunFolder
 from rltool.runfolder.lock import RunLocked
+from rltool.runfolder.tidy import Before
 from rltool.sweeps import jobs as sweep
 from rltool.sweeps.jobs import Command, current_job, run_job
 
 register_configs()
 
 
-@dataclasses.dataclass
-class _Before:
-    """What a single run's folder held before this process touched it."""
-
-    run_dir: Path | None = None
-    entries: set[str] | None = None  # its top-level names; None: it did not exist
-    top: Path | None = None  # the highest folder of its path that did not exist
-    tidied: bool = False
-
-    def record(self, run_dir: Path) -> None:
-        if self.run_dir is not None:
-            return
-        self.run_dir = run_dir = Path(run_dir).resolve()
-        if run_dir.is_dir():
-            self.entries = {p.name for p in run_dir.iterdir()}
-            return
-        top = run_dir
-        while not top.parent.exists():
-            top = top.parent
-        self.top = top
-
-
 class RunStart(Callback):
     """Hydra callback (single runs): records the run folder before Hydra creates it, in the
-    running command's :class:`_Before`."""
+    running command's :class:`~rltool.runfolder.tidy.Before`."""
 
     def on_run_start(self, config, **kwargs) -> None:
         command = sweep.current()
@@ -131,7 +110,7 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
             _end_line(job, summary)
     except BaseException as e:
         if not job.multirun and _refused(e):
-            _tidy(command.before)  # holding the lock
+            command.before.tidy()  # holding the lock
         raise
     finally:
         comm.close()
@@ -214,33 +193,6 @@ def _refused(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and _bad_input(exc) and not isinstance(exc, RunLocked)
 
 
-def _tidy(before: _Before) -> None:
-    """Removes what this process added to the run folder (see the module docstring) and puts
-    the lock file back as it was. Only while this process holds the folder's lock (never a
-    folder another writer holds); once per command."""
-    run_dir = before.run_dir
-    if run_dir is None or before.tidied or not runlock.held(run_dir):
-        return
-    before.tidied = True
-    if before.entries is None:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        parent = run_dir.parent
-        while before.top is not None and parent != before.top.parent:
-            try:
-                parent.rmdir()  # only when empty
-            except OSError:
-                break
-            parent = parent.parent
-        return
-    for p in run_dir.iterdir():
-        if p.name not in before.entries:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-    runlock.undo(run_dir)
-
-
 def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) -> int:
     """``rltool train``; after a sweep, exit status 1 (EXIT_JOB_FAILED) if a job failed.
     ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first.
@@ -259,7 +211,7 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
     scratch = None
     if rank:  # ranks > 0 write nothing (rank 0 shares its run folder)
         args, scratch = launch.follower_args(args)
-    command = Command(debug=debug, hooks=hooks or Hooks(), before=_Before())
+    command = Command(debug=debug, hooks=hooks or Hooks(), before=Before())
     target = _target(args) if not rank else None
     took = False
     try:
@@ -270,7 +222,7 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
             hydra_app.run_app(args, TrainJob(command), conf_dir(), "config", task_name="train")
     except BaseException as e:
         if _refused(e):
-            _tidy(command.before)
+            command.before.tidy()
         raise
     finally:
         if scratch:
