@@ -1,4 +1,4 @@
-"""Data-parallel PPO (rltool/distributed/ranks.py, rltool/cli/launch.py): CPU, gloo, two
+"""Data-parallel PPO (rltool/distributed/ranks.py, rltool/distributed/launcher.py): CPU, gloo, two
 processes."""
 
 import os

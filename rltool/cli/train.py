@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from rltool.cli import hydra_app, launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, path_value, resume_args
 from rltool.config.store import conf_dir, register_configs, to_config
+from rltool.distributed import launcher
 from rltool.distributed.environ import worker_rank
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.run.hooks import Hooks
@@ -91,7 +92,7 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
         )
         return None
     comm.share(str(job.run_dir))  # rank 0 holds the folder: the other ranks may start
-    launch.report(run_dir=str(job.run_dir))
+    launcher.report(run_dir=str(job.run_dir))
     trained = []
 
     def fit(resume: bool) -> dict:
@@ -121,7 +122,7 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
 
 def _join(dcfg: DictConfig):
     """This process's place in the run: :data:`~rltool.distributed.ranks.SOLO`, or its rank of a
-    distributed run (torchrun, Slurm, :func:`launch.launch`)."""
+    distributed run (torchrun, Slurm, :func:`~rltool.distributed.launcher.launch`)."""
     from rltool.distributed import ranks as distributed
 
     if worker_rank() is None:
@@ -207,7 +208,7 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
     rank = worker_rank()
     shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
     if rank is None and not shows and (n := launch.nproc(args)) > 1:
-        return launch.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
+        return launcher.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
     scratch = None
     if rank:  # ranks > 0 write nothing (rank 0 shares its run folder)
         args, scratch = launch.follower_args(args)
