@@ -9,19 +9,8 @@ The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until
     policy, state = rltool.load_policy("runs/lstm")
 """
 
+from rltool.version import __version__
 
-def _version() -> str:
-    """The installed package's version (its one source: ``pyproject.toml``, through the package
-    metadata); ``0+unknown`` for a source tree on ``PYTHONPATH`` that was never installed."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("rltool")
-    except PackageNotFoundError:
-        return "0+unknown"
-
-
-__version__ = _version()
 # training is ``fit``: ``rltool.train`` is the training loop's module (rltool/train.py)
 __all__ = [
     "Hooks",
@@ -37,7 +26,7 @@ _LAZY = {  # name -> its module, imported on first use
     "fit": "rltool.api",
     "resume": "rltool.api",
     "evaluate": "rltool.api",
-    "saved_config": "rltool.api",
+    "saved_config": "rltool.config.saved",
     "load_policy": "rltool.deploy.inference",
     "Hooks": "rltool.run.hooks",
 }

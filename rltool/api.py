@@ -20,11 +20,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
-from rltool import algos
 from rltool.config import Config
-from rltool.config.store import SAFE_KEYS, SCHEMAS, is_safe, read_saved, to_config
+from rltool.config.saved import saved_config
 from rltool.errors import UserError
 from rltool.run.hooks import Hooks
 from rltool.runfolder import layout
@@ -57,31 +54,6 @@ def resume(run_dir: str | Path, *overrides: str, hooks: Hooks | None = None) -> 
         raise UserError(f"{run_dir} holds no checkpoint to resume: start a new run")
     cfg = saved_config(run_dir, *overrides)
     return fit(dataclasses.replace(cfg, resume=str(run_dir)), run_dir, hooks=hooks)
-
-
-def saved_config(run_dir: str | Path, *overrides: str) -> Config:
-    """The typed config of the run in ``run_dir`` (its ``config.yaml``, older layouts migrated),
-    with ``overrides`` of the keys a resume may change."""
-    path = layout.RunFolder(run_dir).config
-    if not path.is_file():
-        raise UserError(f"{run_dir} is not an rltool run folder (no {layout.CONFIG})")
-    saved = read_saved(path)
-    for item in overrides:
-        key = item.partition("=")[0]
-        if not is_safe(key):
-            raise UserError(
-                f"{key} cannot change when resuming (only {', '.join(SAFE_KEYS[:-1])} may): "
-                "start a new run to change it"
-            )
-    node = OmegaConf.merge(_schemas(saved), saved, OmegaConf.from_dotlist(list(overrides)))
-    return to_config(node)
-
-
-def _schemas(saved: dict):
-    """The structured config every group of ``saved`` is merged into (the loss's by its name)."""
-    groups = {g: OmegaConf.structured(s) for g, s in SCHEMAS.items()}
-    groups["loss"] = OmegaConf.structured(algos.get(saved["loss"]["name"]).config)
-    return OmegaConf.merge(OmegaConf.structured(Config), groups)
 
 
 def evaluate(

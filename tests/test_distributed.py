@@ -1,4 +1,4 @@
-"""Data-parallel PPO (rltool/distributed/ranks.py, rltool/cli/launch.py): CPU, gloo, two
+"""Data-parallel PPO (rltool/distributed/ranks.py, rltool/distributed/launcher.py): CPU, gloo, two
 processes."""
 
 import os
@@ -14,8 +14,8 @@ import torch.multiprocessing as mp
 from conftest import cli_env, make_cfg, metric_rows, run_cli, submitit_local
 
 from rltool import train
-from rltool.cli.launch import from_slurm
 from rltool.distributed import ranks as distributed
+from rltool.distributed.environ import from_slurm
 from rltool.envs.normalize import RunningMeanStd
 
 # small and fast: 8 envs x 16 steps, statistics merged (observations and rewards)

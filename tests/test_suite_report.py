@@ -109,16 +109,16 @@ def test_success_rate_is_the_share_of_positive_returns():
 
 def test_plot_by_task_one_panel_per_task_one_curve_per_policy(sweep, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
-    from rltool.cli import plot as plot_cmd
+    from rltool.analysis import plot as plotting
 
     for run in sweep.iterdir():  # four evaluations each, the seeds apart
         final = json.loads((run / "summary.json").read_text())["eval/return_mean"]
         points = [f"{f},{final * f / 4000}" for f in (1000, 2000, 3000, 4000)]
         (run / "metrics.csv").write_text("frames,eval/return_mean\n" + "\n".join(points) + "\n")
     figures = []
-    save = plot_cmd._save
+    save = plotting.save
     monkeypatch.setattr(
-        plot_cmd, "_save", lambda plt, fig, out: figures.append(fig) or save(plt, fig, out)
+        plotting, "save", lambda plt, fig, out: figures.append(fig) or save(plt, fig, out)
     )
     out = sweep / "curves.png"
     assert main(["plot", str(sweep), "by=task", f"out={out}"]) == 0

@@ -115,7 +115,7 @@ def _internal_error(exc: Exception) -> str:
 def main(argv: list[str] | None = None) -> int:
     rc = _main(argv)
     if os.environ.get("RLTOOL_LAUNCH_REPORT"):  # rank 0 of a run rltool launched: its status
-        from rltool.cli.launch import report
+        from rltool.distributed.launcher import report
 
         report(exit=rc)
     return rc

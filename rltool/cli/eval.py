@@ -68,12 +68,13 @@ def _set_threads(args: EvalArgs) -> None:
     """torch's intra-op threads: ``num_threads=``, or the run's (as in training: an eval with
     torch's default of one thread per core runs several times slower on small models)."""
     import torch
-    from omegaconf import OmegaConf
+
+    from rltool.config.saved import read_saved
 
     n = args.num_threads
     if n is None:
         try:
-            n = OmegaConf.select(OmegaConf.load(RunFolder(args.run).config), "num_threads")
+            n = read_saved(RunFolder(args.run).config).get("num_threads")
         except Exception:  # noqa: BLE001 - no readable config: restore() names the problem
             n = None
     torch.set_num_threads(n if isinstance(n, int) and n >= 1 else 1)

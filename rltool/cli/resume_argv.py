@@ -2,25 +2,26 @@
 here). The resume itself (checkpoint loaded, config checked) happens in ``Session.start``
 (:mod:`rltool.run.session`).
 
-The run's config is composed from ``<run_dir>/config.yaml`` (written when the run started, updated
-only when a resume changes a safe key): each config group is set to its bare schema and the saved
-values are applied on top as a global overlay (a temporary config group ``rltool_resume``), then the
-user's overrides, which may only touch :data:`rltool.config.store.SAFE_KEYS`. Hydra runs in
-``run_dir`` and writes no ``.hydra/`` folder, so the record of the original launch stays intact.
+The run's config is read from ``<run_dir>/config.yaml`` (written when the run started, updated
+only when a resume changes a safe key) into the schemas by :func:`rltool.config.saved.load`, the
+one reader ``rltool.resume`` uses too. Hydra then composes: each config group set to its bare
+schema, the saved values on top as a global overlay (the in-memory config ``rltool_resume/run``),
+then the user's overrides, which may only touch :data:`rltool.config.saved.SAFE_KEYS`. Hydra runs
+in ``run_dir`` and writes no ``.hydra/`` folder, so the record of the original launch stays
+intact.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-import shutil
-import tempfile
 from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from rltool.config.store import SAFE_KEYS, SCHEMA_PREFIX, groups, is_safe, options, read_saved
+from rltool.config.saved import check_changes, load
+from rltool.config.store import SCHEMA_PREFIX, groups, options
 from rltool.errors import UserError
 from rltool.runfolder.layout import CHECKPOINTS, CONFIG, RunFolder, has_checkpoint
 
@@ -87,8 +88,11 @@ def check_no_schema(args: list[str]) -> None:
                 )
 
 
-def resume_args(args: list[str]) -> tuple[list[str], str | None]:
-    """``rltool train`` args -> (args for Hydra, a temp folder to delete afterwards or None).
+RESUME_GROUP = "rltool_resume"  # the saved config's overlay, stored in Hydra's ConfigStore
+
+
+def resume_args(args: list[str]) -> list[str]:
+    """``rltool train`` args -> the args for Hydra (a resume: the run's saved config first).
 
     Without ``resume=``, refuses an explicit ``hydra.run.dir`` that already holds a checkpoint."""
     resume = [a for a in args if _key(a) == "resume" and a.split("=", 1)[1] not in ("", "null")]
@@ -101,7 +105,7 @@ def resume_args(args: list[str]) -> tuple[list[str], str | None]:
                     f"rltool train {shlex.quote(f'resume={run_dir}')}, or choose another "
                     "hydra.run.dir"
                 )
-        return quote_paths(args), None
+        return quote_paths(args)
     if len(resume) > 1:
         raise UserError("resume= is given more than once: give one run folder")
     run_dir = _check_run_dir(path_value(resume[0].split("=", 1)[1]))
@@ -111,34 +115,20 @@ def resume_args(args: list[str]) -> tuple[list[str], str | None]:
             raise UserError(
                 f"{a} cannot be used with resume=: a resume continues one run with its own config"
             )
-        if not a.startswith("-") and "=" in a and not is_safe(_key(a)):
-            raise UserError(
-                f"{_key(a)} cannot change when resuming (only {', '.join(SAFE_KEYS[:-1])} may): "
-                "start a new run to change it"
-            )
-    saved = _saved_config(run_dir)
+    check_changes(_key(a) for a in rest if not a.startswith("-") and "=" in a)
+    saved = OmegaConf.to_container(load(run_dir), enum_to_str=True)
     user_keys = {_key(a) for a in rest if "=" in a}
-    tmp = Path(tempfile.mkdtemp(prefix="rltool-resume-"))
     overlay = {k: v for k, v in saved.items() if k != "resume" and k not in user_keys}
-    (tmp / "rltool_resume").mkdir()
-    (tmp / "rltool_resume" / "run.yaml").write_text(
-        "# @package _global_\n" + OmegaConf.to_yaml(OmegaConf.create(overlay))
-    )
+    ConfigStore.instance().store(group=RESUME_GROUP, name="run", node=overlay, package="_global_")
     bases = [f"{g}={b}" for g, b in _bases(saved).items() if g not in user_keys]
     return [  # flags (--cfg job, ...) come last for Hydra's parser
         *bases,
-        f"hydra.searchpath=['file://{tmp}']",
-        "+rltool_resume=run",
+        f"+{RESUME_GROUP}=run",
         hydra_arg("hydra.run.dir", run_dir),
         "hydra.output_subdir=null",
         hydra_arg("resume", run_dir),
         *quote_paths(rest),
-    ], str(tmp)
-
-
-def cleanup(tmp: str | None) -> None:
-    if tmp:
-        shutil.rmtree(tmp, ignore_errors=True)
+    ]
 
 
 def _check_run_dir(value: str) -> Path:
@@ -159,10 +149,6 @@ def _check_run_dir(value: str) -> Path:
             "one; see checkpoint.every_frames): start the run again"
         )
     return run_dir
-
-
-def _saved_config(run_dir: Path) -> dict:
-    return read_saved(RunFolder(run_dir).config)  # older runs' memory keys migrated
 
 
 def _bases(saved: dict) -> dict[str, str]:

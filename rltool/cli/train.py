@@ -28,44 +28,25 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rltool.cli import hydra_app, launch, sweep_plan
-from rltool.cli.resume_argv import check_no_schema, cleanup, path_value, resume_args
+from rltool.cli.resume_argv import check_no_schema, path_value, resume_args
 from rltool.config.store import conf_dir, register_configs, to_config
+from rltool.distributed import launcher
+from rltool.distributed.environ import worker_rank
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
 from rltool.run.hooks import Hooks
 from rltool.runfolder import lock as runlock
 from rltool.runfolder.layout import RunFolder
 from rltool.runfolder.lock import RunLocked
+from rltool.runfolder.tidy import Before
 from rltool.sweeps import jobs as sweep
 from rltool.sweeps.jobs import Command, current_job, run_job
 
 register_configs()
 
 
-@dataclasses.dataclass
-class _Before:
-    """What a single run's folder held before this process touched it."""
-
-    run_dir: Path | None = None
-    entries: set[str] | None = None  # its top-level names; None: it did not exist
-    top: Path | None = None  # the highest folder of its path that did not exist
-    tidied: bool = False
-
-    def record(self, run_dir: Path) -> None:
-        if self.run_dir is not None:
-            return
-        self.run_dir = run_dir = Path(run_dir).resolve()
-        if run_dir.is_dir():
-            self.entries = {p.name for p in run_dir.iterdir()}
-            return
-        top = run_dir
-        while not top.parent.exists():
-            top = top.parent
-        self.top = top
-
-
 class RunStart(Callback):
     """Hydra callback (single runs): records the run folder before Hydra creates it, in the
-    running command's :class:`_Before`."""
+    running command's :class:`~rltool.runfolder.tidy.Before`."""
 
     def on_run_start(self, config, **kwargs) -> None:
         command = sweep.current()
@@ -111,7 +92,7 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
         )
         return None
     comm.share(str(job.run_dir))  # rank 0 holds the folder: the other ranks may start
-    launch.report(run_dir=str(job.run_dir))
+    launcher.report(run_dir=str(job.run_dir))
     trained = []
 
     def fit(resume: bool) -> dict:
@@ -130,7 +111,7 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
             _end_line(job, summary)
     except BaseException as e:
         if not job.multirun and _refused(e):
-            _tidy(command.before)  # holding the lock
+            command.before.tidy()  # holding the lock
         raise
     finally:
         comm.close()
@@ -141,10 +122,10 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
 
 def _join(dcfg: DictConfig):
     """This process's place in the run: :data:`~rltool.distributed.ranks.SOLO`, or its rank of a
-    distributed run (torchrun, Slurm, :func:`launch.launch`)."""
+    distributed run (torchrun, Slurm, :func:`~rltool.distributed.launcher.launch`)."""
     from rltool.distributed import ranks as distributed
 
-    if launch.worker_rank() is None:
+    if worker_rank() is None:
         return distributed.SOLO
     return distributed.join(to_config(dcfg))  # in a sweep: each task of a submitit job a rank
 
@@ -213,33 +194,6 @@ def _refused(exc: BaseException) -> bool:
     return isinstance(exc, Exception) and _bad_input(exc) and not isinstance(exc, RunLocked)
 
 
-def _tidy(before: _Before) -> None:
-    """Removes what this process added to the run folder (see the module docstring) and puts
-    the lock file back as it was. Only while this process holds the folder's lock (never a
-    folder another writer holds); once per command."""
-    run_dir = before.run_dir
-    if run_dir is None or before.tidied or not runlock.held(run_dir):
-        return
-    before.tidied = True
-    if before.entries is None:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        parent = run_dir.parent
-        while before.top is not None and parent != before.top.parent:
-            try:
-                parent.rmdir()  # only when empty
-            except OSError:
-                break
-            parent = parent.parent
-        return
-    for p in run_dir.iterdir():
-        if p.name not in before.entries:
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-    runlock.undo(run_dir)
-
-
 def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) -> int:
     """``rltool train``; after a sweep, exit status 1 (EXIT_JOB_FAILED) if a job failed.
     ``resume=<run_dir>`` becomes Hydra arguments that compose the run's saved config first.
@@ -250,16 +204,15 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
         lines = sweep_plan.plan(argv)
         print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
         return EXIT_OK
-    args, tmp = resume_args(argv)
-    rank = launch.worker_rank()
+    args = resume_args(argv)
+    rank = worker_rank()
     shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
     if rank is None and not shows and (n := launch.nproc(args)) > 1:
-        cleanup(tmp)
-        return launch.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
+        return launcher.launch(argv, n, shutdown_s=_shutdown_s(args), debug=debug)
     scratch = None
     if rank:  # ranks > 0 write nothing (rank 0 shares its run folder)
         args, scratch = launch.follower_args(args)
-    command = Command(debug=debug, hooks=hooks or Hooks(), before=_Before())
+    command = Command(debug=debug, hooks=hooks or Hooks(), before=Before())
     target = _target(args) if not rank else None
     took = False
     try:
@@ -270,11 +223,11 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
             hydra_app.run_app(args, TrainJob(command), conf_dir(), "config", task_name="train")
     except BaseException as e:
         if _refused(e):
-            _tidy(command.before)
+            command.before.tidy()
         raise
     finally:
-        cleanup(tmp)
-        cleanup(scratch)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
         if took:
             runlock.release(target)
     result = command.result

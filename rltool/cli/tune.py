@@ -26,13 +26,14 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 
 from rltool.cli import args
-from rltool.cli.tune_run import Runner
+from rltool.cli.train import train_cmd
 from rltool.config.store import conf_dir, register_configs, to_config
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK, UserError
 from rltool.runfolder import lock as runlock
 from rltool.sweeps.tune import space as sp
 from rltool.sweeps.tune import study as st
 from rltool.sweeps.tune.objective import Objective
+from rltool.sweeps.tune.runner import Runner
 
 USAGE = "rltool tune <train overrides ...> search=<space> trials=N [key=value ...]"
 ABOUT = (
@@ -172,7 +173,7 @@ def tune_cmd(argv: list[str]) -> int:
         if not st.is_study(folder):
             meta.save(folder)
         study = st.open_study(folder, opts)
-        runner = Runner(folder, study, space, dcfg, objective, opts, overrides, added)
+        runner = Runner(folder, study, space, dcfg, objective, opts, overrides, added, train_cmd)
         if opts.confirm is not None:
             runner.confirm(opts.confirm)
         else:

@@ -1,6 +1,6 @@
 """The typed configs in Hydra's ConfigStore, the packaged ``conf/`` folder, the options a user
-may choose, the composed config turned into :class:`rltool.config.Config`, and the keys a resume
-may change."""
+may choose, and the composed config turned into :class:`rltool.config.Config` (a saved run's
+config read back, and what a resume may change: :mod:`rltool.config.saved`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from rltool.config import (
     OptimConfig,
     PolicyConfig,
 )
-from rltool.errors import ConfigError, UserError
+from rltool.errors import ConfigError
 
 SCHEMAS = {  # the loss group's schemas are the algorithms' (rltool.algos)
     "env": EnvConfig,
@@ -103,20 +103,6 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-def read_saved(path) -> dict:
-    """A run's saved ``config.yaml`` as a plain dict in today's layout (older runs' memory keys
-    migrated, :func:`rltool.memories.migrate`); an unreadable file is a one-line UserError."""
-    from rltool import memories
-
-    try:
-        saved = OmegaConf.to_container(OmegaConf.load(path))
-    except Exception as e:  # noqa: BLE001 - a broken file is one line
-        raise UserError(f"{path} is not readable YAML ({e}): restore it") from None
-    if not isinstance(saved, dict):
-        raise UserError(f"{path} does not hold a config: restore it")
-    return memories.migrate(saved)
-
-
 def compose(*overrides: str) -> Config:
     """The config ``rltool train <overrides>`` would run (``rltool.compose``): the same files,
     the same checks; bad input raises :class:`~rltool.errors.ConfigError` (or Hydra's error for
@@ -132,7 +118,7 @@ def compose(*overrides: str) -> Config:
         return to_config(hydra_compose("config", overrides=list(overrides)))
 
 
-# ---- where the configs live, and what a resume may change ----
+# ---- where the configs live ----
 def conf_dir() -> str:
     """The packaged configs (wheel: rltool/conf) or the repo's top-level conf/ (source)."""
     from pathlib import Path
@@ -140,22 +126,3 @@ def conf_dir() -> str:
     package = Path(__file__).resolve().parent.parent  # rltool/
     packaged = package / "conf"
     return str(packaged if packaged.is_dir() else package.parent / "conf")
-
-
-# keys a resume may change: the budget, logging, checkpointing, evaluation cadence, threads
-SAFE_KEYS = (
-    "total_frames",
-    "num_threads",
-    "compile",  # the same numbers up to rounding; checkpoints load either way
-    "eval.every_frames",
-    "eval.episodes",
-    "logger",
-    "checkpoint",
-    "resume",
-    "distributed",  # the world size itself is checked against the checkpoint's
-)
-
-
-def is_safe(key: str) -> bool:
-    """Whether a resume may change ``key`` (a dotted config key)."""
-    return any(key == k or key.startswith(k + ".") for k in SAFE_KEYS)

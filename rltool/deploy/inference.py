@@ -29,7 +29,7 @@ from omegaconf import OmegaConf
 from rltool import algos, memories
 from rltool import keys as K
 from rltool.config import EnvConfig, PolicyConfig
-from rltool.config.store import read_saved
+from rltool.config.saved import read_saved
 from rltool.envs import make_env
 from rltool.envs.normalize import EntryNormalizer, ObsNormalizer, make_obs_normalizer
 from rltool.envs.record import EnvRecord

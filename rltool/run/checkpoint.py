@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from rltool import _faults
-from rltool.config.store import flatten, is_safe
+from rltool.config.saved import is_safe
+from rltool.config.store import flatten
 from rltool.errors import UserError
 from rltool.runfolder import layout
 from rltool.runfolder.writes import atomic_write, fsync_dir, writing
@@ -200,7 +201,7 @@ def load(path: str | os.PathLike) -> dict:
 def check_config(saved: dict, current: dict, path: Path, fix: str) -> None:
     """Refuses, in one line ending with ``fix``, checkpoint ``path`` whose config (``saved``)
     differs from the run's (``current``) in a key that must not change (env, spaces, policy,
-    algorithm: any key but :data:`~rltool.config.store.SAFE_KEYS`), naming the first."""
+    algorithm: any key but :data:`~rltool.config.saved.SAFE_KEYS`), naming the first."""
     old, new = flatten(saved), flatten(current)
     diffs = [k for k in old if k in new and not is_safe(k) and old[k] != new[k]]
     if diffs:

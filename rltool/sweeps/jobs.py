@@ -134,7 +134,7 @@ class Command:
     # exception and start the next job before re-raising it, so later jobs check this
     preempted: RunStopped | None = None
     result: SweepResult | None = None  # the sweep's statuses, from SweepSummary at its end
-    before: Any = None  # what a single run's folder held first (rltool/cli/train.py's RunStart)
+    before: Any = None  # a single run's folder before it (rltool.runfolder.tidy.Before)
 
     @contextmanager
     def running(self) -> Iterator[Command]:

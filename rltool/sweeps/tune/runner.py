@@ -1,16 +1,16 @@
-"""The trials of ``rltool tune`` (:mod:`rltool.cli.tune`): each one a sweep of ``rltool train
--m`` over its seeds, told to the Optuna study from its jobs' status files."""
+"""The trials of ``rltool tune`` (the command: :mod:`rltool.cli.tune`): each one a sweep of
+``rltool train -m`` over its seeds, told to the Optuna study from its jobs' status files."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from omegaconf import OmegaConf
 
 from rltool.analysis.results import find_runs, group_runs
 from rltool.analysis.tables import format_table, rows
-from rltool.cli.train import train_cmd
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError
 from rltool.sweeps.tune import space as sp
 from rltool.sweeps.tune import study as st
@@ -20,8 +20,26 @@ CALLBACK = "hydra.callbacks.tune_report"
 
 
 class Runner:
-    def __init__(self, folder: Path, study, space, dcfg, objective, opts, overrides, added):
+    """One ``rltool tune`` command's study: its search, a confirmation, the export.
+
+    ``train`` runs ``rltool train <argv>`` in this process (the command's ``train_cmd``: a trial
+    is that command's sweep, so the library takes it as an argument rather than import it).
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        study,
+        space,
+        dcfg,
+        objective,
+        opts,
+        overrides,
+        added,
+        train: Callable[[list[str]], int],
+    ):
         self.folder, self.study, self.space, self.dcfg = Path(folder), study, space, dcfg
+        self.train = train
         self.objective, self.opts, self.overrides = objective, opts, overrides
         self.added = added  # searched keys new to the config (env.kwargs.<name>): added with ++
         self.failed = 0  # trials this command recorded failed
@@ -146,7 +164,7 @@ class Runner:
         """Trial ``number``'s sweep in this process, then told."""
         if self._outcome(number)[0] is None:  # not run, or left unfinished: resumed or skipped
             try:
-                train_cmd(self._trial_argv(number, trial_id, values))
+                self.train(self._trial_argv(number, trial_id, values))
             except RunStopped as e:  # a signal: the trial stays running, resumable
                 raise RunStopped(
                     f"trial {number} stopped ({str(e).split(';')[0]}): run the same rltool tune "
@@ -193,7 +211,7 @@ class Runner:
         t = self._trial(number)
         folder = st.confirm_dir(self.folder, number)
         population = self.opts.population()
-        train_cmd(self._sweep_argv(folder, population, t.params, []))
+        self.train(self._sweep_argv(folder, population, t.params, []))
         runs = find_runs([str(folder)])
         settings = group_runs(runs)
         for s in settings:  # one row; its name would be every sampled value, hundreds of columns

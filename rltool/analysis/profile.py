@@ -1,8 +1,8 @@
-"""``rltool plot <folders> profile=true``: rliable's performance profiles (the share of runs whose
-final score is above each tau, with 95% bands) and interval-estimate bars (IQM and mean with 95%
-stratified bootstrap intervals) of the settings, one PNG. With ``by=`` (the tasks) one profile
-per value of ``curves=`` over every task, on normalised scores (POPGym 0.5 x + 0.5, MiniGrid's
-success rate); without it, one per setting on the final returns of one task."""
+"""``rltool plot <folders> profile=true``'s figure: rliable's performance profiles (the share of
+runs whose final score is above each tau, with 95% bands) and interval-estimate bars (IQM and
+mean with 95% stratified bootstrap intervals) of the settings, one PNG. With ``by=`` (the tasks)
+one profile per value of ``curves=`` over every task, on normalised scores (POPGym 0.5 x + 0.5,
+MiniGrid's success rate); without it, one per setting on the final returns of one task."""
 
 from __future__ import annotations
 
@@ -64,7 +64,19 @@ def score_matrices(
     return out, label, "/".join(short_frames(b) for b in sorted(set(budgets)))
 
 
-def plot_profile(plt, runs, by, curves, out: Path, title: str, reps: int):
+def draw_profile(runs, by, curves, out: Path, title: str, reps: int) -> str:
+    """Draws the profile and the interval bars (:func:`profile_figure`) into ``out``; returns
+    what it holds."""
+    from rltool.analysis.plot import check_out, pyplot, save
+
+    plt = pyplot()
+    fig, what = profile_figure(plt, runs, by, curves, title, reps)
+    check_out(plt, fig, out)
+    save(plt, fig, out)
+    return what
+
+
+def profile_figure(plt, runs, by, curves, title: str, reps: int):
     """The figure of the profile and the interval bars, and what it holds (saved by the
     caller)."""
     scores, label, budget = score_matrices(runs, by, curves)

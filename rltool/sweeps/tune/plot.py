@@ -5,17 +5,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rltool.cli.plot import _check_out, _pyplot, _save
+from rltool.analysis.plot import check_out, pyplot, save
 from rltool.sweeps.tune import results
 
 
 def plot_study(folder: Path, out: Path | None) -> Path:
+    """Draws the study in ``folder`` into ``out`` (default ``<folder>/study.png``); returns the
+    file written."""
     study = results.load(folder)
     objective = results.st.load_meta(folder)["objective"]
     out = out or Path(folder) / "study.png"
-    plt = _pyplot()
+    plt = pyplot()
     fig, (hist, imp) = plt.subplots(1, 2, figsize=(11, 4.2), dpi=100)
-    _check_out(plt, fig, out)
+    check_out(plt, fig, out)
     numbers, values, best = results.history(study)
     hist.plot(numbers, values, "o", label="trial")
     hist.step(numbers, best, where="post", label="best so far")
@@ -35,5 +37,5 @@ def plot_study(folder: Path, out: Path | None) -> Path:
     imp.barh(names, [weights[n] for n in names])
     imp.set_xlabel("importance (fANOVA)")
     imp.set_title("parameter importances" if weights else "importances: too few trials", fontsize=9)
-    _save(plt, fig, out)
+    save(plt, fig, out)
     return out
