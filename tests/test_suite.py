@@ -100,3 +100,19 @@ def test_a_job_that_would_be_refused_is_refused_by_the_plan(capsys):
     args = ["-m", "experiment=memory_suite_quick", "seed=0", "total_frames=-1"]
     assert main(["train", *args, "--cfg", "job"]) == 2
     assert "total_frames=-1 is invalid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("task", "suite", "env_id", "kwargs", "frames"),
+    [
+        ("RepeatFirstMedium", "popgym", "RepeatFirstMedium", {}, 2_000_000),
+        ("MemoryS13", "minigrid", "MemoryS13", {}, 1_000_000),
+        ("TMaze100", "gym", "rltool.envs.tmaze:TMaze-v0", {"length": 100}, 1_000_000),
+        ("TMaze500", "gym", "rltool.envs.tmaze:TMaze-v0", {"length": 500}, 2_000_000),
+    ],
+)
+def test_the_long_dependency_tasks(task, suite, env_id, kwargs, frames):
+    """Issue #53's tasks, outside every preset: each its env, corridor and budget."""
+    cfg = make_cfg(f"task={task}", "policy=gru")
+    assert (cfg.env.suite, cfg.env.id, dict(cfg.env.kwargs)) == (suite, env_id, kwargs)
+    assert cfg.total_frames == frames
