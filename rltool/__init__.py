@@ -9,7 +9,7 @@ The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until
     policy, state = rltool.load_policy("runs/lstm")
 """
 
-from rltool.version import __version__
+from rltool.version import __version__  # noqa: F401 - rltool.__version__
 
 # training is ``fit``: ``rltool.train`` is the training loop's module (rltool/train.py)
 __all__ = [

@@ -26,7 +26,7 @@ PLACES: dict[str, str] = {
     "rltool/errors.py": "base",
     "rltool/layers.py": "base",
     "rltool/version.py": "base",  # the installed package's version, rltool.__version__
-    "rltool/_faults.py": "base",  # fault injection for tests (kill, hang, slow at named points)
+    "rltool/testing/": "base",  # fault injection for tests (kill, hang, slow at named points)
     "rltool/runfolder/": "base",  # file names, the writer lock, atomic writes
     "rltool/config/": "config",  # the schemas, the ConfigStore, what a resume may change
     "rltool/memories.py": "config",  # the memory registry: names, schemas, lazy classes

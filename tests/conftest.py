@@ -93,8 +93,8 @@ def cli(monkeypatch, capsys):
     exit codes of a real process (signals, tracebacks at exit) keep :func:`run_cli`."""
 
     def run(*args: str, cwd: Path, env: dict[str, str] | None = None, **_):
-        from rltool import _faults
         from rltool.cli import main
+        from rltool.testing import faults as _faults
 
         capsys.readouterr()  # only this command's output
         with monkeypatch.context() as m:

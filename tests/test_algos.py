@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import metric_rows
 
-from rltool import _faults, algos
+from rltool import algos
 from rltool import keys as K
 from rltool.algos.base import Algorithm
 from rltool.config import (
@@ -34,6 +34,7 @@ from rltool.config import (
 from rltool.errors import ConfigError
 from rltool.losses.reduction import reduce
 from rltool.run import checkpoint as ckpt
+from rltool.testing import faults as _faults
 from rltool.train import build, train, update
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from rltool import _faults
 from rltool.errors import UserError
 from rltool.run import checkpoint as ckpt
+from rltool.testing import faults as _faults
 
 
 def _writer(directory: Path, n: int, kill_at: str | None = None) -> int:

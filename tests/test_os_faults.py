@@ -14,11 +14,11 @@ import stat
 import pytest
 from conftest import TINY_EVAL, metric_rows, run_cli
 
-from rltool import _faults
 from rltool.cli import main
 from rltool.errors import EXIT_OS, EXIT_USAGE, OSFault
 from rltool.runfolder.writes import atomic_write, check_writable
 from rltool.sweeps import jobs as sweep
+from rltool.testing import faults as _faults
 
 TINY = [
     "env=cartpole",

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import metric_rows
 
-from rltool import _faults, errors
+from rltool import errors
 from rltool.algos.ppo.config import PPOConfig
 from rltool.config import (
     CheckpointConfig,
@@ -29,6 +29,7 @@ from rltool.errors import EXIT_DIVERGED, RunStopped
 from rltool.optim.guard import NonFiniteGuard
 from rltool.run import checkpoint as ckpt
 from rltool.run.session import Counters, Session, progress
+from rltool.testing import faults as _faults
 from rltool.train import build, gradient_step, train
 
 

@@ -31,10 +31,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rltool import _faults, algos
+from rltool import algos
 from rltool.collectors.devices import DEVICE_KEYS, resolve_devices
 from rltool.distributed.shared_sum import open_shared_sum
 from rltool.errors import EXIT_PEER_LOST, RunStopped, UserError
+from rltool.testing import faults as _faults
 
 
 class Solo:

@@ -17,8 +17,8 @@ Two protocols plug state in (see :func:`save` / :func:`load`):
 - *folder savers*: ``save(path)`` writes a folder (path does not exist yet), ``load(path)`` reads it
   back without unpickling.
 
-Fault points (tests: ``RLTOOL_CHECKPOINT_KILL``, see :mod:`rltool._faults`): ``checkpoint.start``
-and ``checkpoint.<step>`` at each step of :data:`~rltool._faults.CHECKPOINT_STEPS`.
+Fault points (tests: ``RLTOOL_CHECKPOINT_KILL``, see :mod:`rltool.testing.faults`):
+``checkpoint.start`` and ``checkpoint.<step>`` at each step of :data:`~rltool.testing.faults.CHECKPOINT_STEPS`.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from pathlib import Path
 
 import torch
 
-from rltool import _faults
 from rltool.config.saved import is_safe
 from rltool.config.store import flatten
 from rltool.errors import UserError
 from rltool.runfolder import layout
 from rltool.runfolder.writes import atomic_write, fsync_dir, writing
+from rltool.testing import faults as _faults
 
 FORMAT = "rltool-checkpoint"
 VERSION = 1

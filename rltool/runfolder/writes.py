@@ -5,7 +5,7 @@ Every file rltool writes into a run folder goes through :func:`atomic_write` (ch
 ``latest`` pointer, ``status.json``, ``config.yaml``, ``summary.json``, ``eval.json``, the metrics
 file when it is rewritten) or :func:`writing` (an append, the lock). A refusal becomes an
 :class:`~rltool.errors.OSFault`: one line with the path and the fix, exit 5, never "a bug in
-rltool". Each write is the fault point ``write`` (:mod:`rltool._faults`).
+rltool". Each write is the fault point ``write`` (:mod:`rltool.testing.faults`).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rltool import _faults
 from rltool.errors import OSFault
+from rltool.testing import faults as _faults
 
 _SPACE = "free space there (df -h), then run the command again (a run continues with resume=)"
 _PERMISSION = (
