@@ -18,7 +18,8 @@ Two protocols plug state in (see :func:`save` / :func:`load`):
   back without unpickling.
 
 Fault points (tests: ``RLTOOL_CHECKPOINT_KILL``, see :mod:`rltool.testing.faults`):
-``checkpoint.start`` and ``checkpoint.<step>`` at each step of :data:`~rltool.testing.faults.CHECKPOINT_STEPS`.
+``checkpoint.start`` and ``checkpoint.<step>`` at each step of
+:data:`~rltool.testing.faults.CHECKPOINT_STEPS`.
 """
 
 from __future__ import annotations
