@@ -28,6 +28,14 @@ CASES = {
     "dqn_gru_pomdp": ["env=cartpole_pomdp", "policy=gru", "loss=dqn", FRAMES],
     "ppo_trxl_pomdp": ["env=cartpole_pomdp", "policy=trxl", FRAMES],
     "ppo_ffm_pomdp": ["env=cartpole_pomdp", "policy=ffm", FRAMES],
+    # Taxi's info["action_mask"], found by env.action_mask=auto; a memory acting on masked heads
+    "ppo_lstm_taxi_masked": [
+        "env=gym",
+        "env.id=Taxi-v4",
+        "env.action_mask=auto",
+        "policy=lstm",
+        FRAMES,
+    ],
 }
 # killed (SIGKILL) while writing its second checkpoint, then resumed from the first: its rows must
 # match a run that never stopped
