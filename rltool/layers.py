@@ -25,6 +25,7 @@ PLACES: dict[str, str] = {
     "rltool/specs.py": "base",
     "rltool/errors.py": "base",
     "rltool/layers.py": "base",
+    "rltool/console.py": "base",  # terminal lines through logging, as the commands show them
     "rltool/_faults.py": "base",  # fault injection for tests (kill, hang, slow at named points)
     "rltool/runfolder/": "base",  # file names, the writer lock, atomic writes
     "rltool/config/": "config",  # the schemas, the ConfigStore, what a resume may change
