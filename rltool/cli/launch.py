@@ -16,6 +16,7 @@ with no ``.hydra/`` record and no log; rank 0 chooses the run folder and shares 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -26,6 +27,8 @@ import zlib
 from pathlib import Path
 
 from rltool.errors import EXIT_PEER_LOST, EXIT_PREEMPTED, UserError
+
+_log = logging.getLogger(__name__)
 
 REPORT = "RLTOOL_LAUNCH_REPORT"  # rank 0 writes its run folder and exit status there
 SLURM_PORT_BASE = 20_000  # MASTER_PORT under Slurm without one: this + job id % 10,000
@@ -188,10 +191,9 @@ def _failed(e, report: Path) -> int:
         run_dir = json.loads(report.read_text()).get("run_dir")
     except (OSError, ValueError):
         run_dir = None
-    print(
+    _log.error(
         f"rltool train: rank {rank} stopped ({how}), so the others were stopped; the latest "
-        f"checkpoint is intact: rltool train resume={run_dir or '<run folder>'}",
-        file=sys.stderr,
+        f"checkpoint is intact: rltool train resume={run_dir or '<run folder>'}"
     )
     return EXIT_PEER_LOST
 

@@ -6,15 +6,18 @@ matplotlib: ``pip install 'rltool[plot]'``). With ``by=``, one panel per value o
 
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rltool.analysis.results import Setting, band, eval_curve, find_runs, group_runs
 from rltool.cli.args import help_text, parse, wants_help
 from rltool.cli.report import FOLDERS_HELP, warn_mixed, warn_unreadable
+from rltool.console import STDOUT
 from rltool.errors import UserError
 from rltool.sweeps.tune.study import is_study
+
+_log = logging.getLogger(__name__)
 
 
 def _opt(default, help_: str, **more):
@@ -70,7 +73,7 @@ def plot_main(argv: list[str]) -> int:
         from rltool.cli.tune_plot import plot_study
 
         out = plot_study(Path(a.folders[0]), Path(a.out) if a.out else None)
-        print(f"rltool plot: study history and importances -> {out}")
+        _log.info(f"rltool plot: study history and importances -> {out}", extra=STDOUT)
         return 0
     unreadable = []
     try:
@@ -97,8 +100,8 @@ def plot_main(argv: list[str]) -> int:
     else:
         what = f"{plot(group_runs(runs), out, a.metric, title, warnings)} setting(s)"
     for w in warnings:  # once the plot is written (a refused out= stays one line)
-        print(f"rltool plot: warning: {w}", file=sys.stderr)
-    print(f"rltool plot: {what} -> {out}")
+        _log.warning(f"rltool plot: warning: {w}")
+    _log.info(f"rltool plot: {what} -> {out}", extra=STDOUT)
     return 0
 
 
