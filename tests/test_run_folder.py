@@ -39,7 +39,7 @@ def wait_for(cond, timeout: float = 120.0) -> None:
 def holder_process(run_dir: Path) -> subprocess.Popen:
     """Another process that takes ``run_dir``'s lock and sleeps (printing 'held' once held)."""
     code = (
-        "import sys, time; from rltool import runlock; "
+        "import sys, time; from rltool.runfolder import lock as runlock; "
         f"runlock.acquire({str(run_dir)!r}); print('held', flush=True); time.sleep(300)"
     )
     p = subprocess.Popen(

@@ -323,7 +323,7 @@ def test_a_second_process_on_a_study_is_refused(tmp_path, capsys):
         [
             sys.executable,
             "-c",
-            "import sys, time; from rltool import runlock; "
+            "import sys, time; from rltool.runfolder import lock as runlock; "
             "runlock.acquire(sys.argv[1]); print('held', flush=True); time.sleep(60)",
             str(study),
         ],
