@@ -70,3 +70,23 @@ def test_a_library_user_sees_warnings_only_until_logging_is_configured(tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "rltool: warning: a warning\n"  # logging's last resort: WARNING and up
     assert r.stdout == "rltool: another note\n"
+
+
+def test_the_live_progress_line_shows_only_while_the_logger_lets_info_through(monkeypatch):
+    from rltool.logging.progress import ProgressLogger
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    progress = ProgressLogger(total_frames=100)
+    assert progress.mode == "live"
+    logger = logging.getLogger(NAME)
+    with cli_output():
+        logger.setLevel(logging.CRITICAL)
+        progress.log({"frames": 50, "fps": 10.0})
+        assert sys.stderr.getvalue() == ""
+        logger.setLevel(logging.INFO)
+        progress.log({"frames": 100, "fps": 10.0})
+    assert sys.stderr.getvalue().startswith("\rframes 100/100 (100%) | 10 fps")
