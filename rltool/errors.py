@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import logging
 import re
-import sys
 
 
 class UserError(Exception):
@@ -54,16 +54,30 @@ class OSFault(Exception):
     exit_code = EXIT_OS
 
 
-_WARNED: set[str] = set()
+_log = logging.getLogger(__name__)
+_WARNED: set[str] = set()  # the once-lines said so far (warnings and notes)
+
+
+def _first(line: str) -> bool:
+    """True the first time this process asks about ``line``: no repeats from a loop."""
+    if line in _WARNED:
+        return False
+    _WARNED.add(line)
+    return True
 
 
 def warn(message: str) -> None:
-    """One line in rltool's voice on stderr (``rltool: warning: ...``), once per message per
-    process: no Python source line, no repeats from a loop."""
-    if message in _WARNED:
-        return
-    _WARNED.add(message)
-    print(f"rltool: warning: {message}", file=sys.stderr)
+    """A WARNING in rltool's voice (``rltool: warning: ...``), once per message per process: no
+    Python source line, no repeats from a loop (the commands show it on stderr)."""
+    if _first(line := f"rltool: warning: {message}"):
+        _log.warning(line)
+
+
+def note(message: str) -> None:
+    """An INFO line in rltool's voice (``rltool: ...``), once per message per process (the
+    commands show it on stderr)."""
+    if _first(line := f"rltool: {message}"):
+        _log.info(line)
 
 
 def one_line(exc: BaseException) -> str:

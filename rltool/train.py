@@ -9,8 +9,8 @@ step it takes is :func:`gradient_step`, below.
 from __future__ import annotations
 
 import json
+import logging
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +37,8 @@ from rltool.run.hooks import Hooks
 from rltool.run.session import Session
 from rltool.runfolder import layout
 from rltool.runfolder.writes import write_text
+
+_log = logging.getLogger(__name__)
 
 
 def seed_everything(seed: int) -> None:
@@ -186,7 +188,7 @@ def train(
     devices = run.collector.devices | {"loss": str(loss_device)}
     if comm.writer:
         write_text(run_dir / layout.DEVICES, json.dumps(devices, indent=2))
-        print("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()), file=sys.stderr)
+        _log.info("devices: " + ", ".join(f"{k} {v}" for k, v in devices.items()))
     loggers = (
         make_loggers(cfg.logger, run_dir, cfg.total_frames, config=cfg)
         if comm.writer
@@ -254,10 +256,9 @@ def _close(run: Run, session: Session) -> None:
 
 def _nothing_to_do(cfg: Config, run_dir: Path, frames: int) -> dict[str, float]:
     """A resume of a run already at its budget: one line, and the run's summary as it is."""
-    print(
+    _log.info(
         f"rltool: the run in {run_dir} already reached {frames:,} frames (total_frames="
-        f"{cfg.total_frames:,}): nothing to do; extend it with total_frames=<more>",
-        file=sys.stderr,
+        f"{cfg.total_frames:,}): nothing to do; extend it with total_frames=<more>"
     )
     try:
         return json.loads((Path(run_dir) / layout.SUMMARY).read_text())

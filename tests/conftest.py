@@ -86,6 +86,17 @@ def run_cli(
 
 
 @pytest.fixture
+def console():
+    """rltool's log lines on the terminal as the commands show them (:func:`rltool.console.
+    cli_output`), for a test of what a library call shows there: a library configures no
+    logging, and pytest's own handlers would take the lines instead."""
+    from rltool.console import cli_output
+
+    with cli_output():
+        yield
+
+
+@pytest.fixture
 def cli(monkeypatch, capsys):
     """:func:`run_cli` in this process (no interpreter, torch or Hydra start-up: a second, not
     five): ``rltool.cli.main`` on the same arguments, in ``cwd`` with ``env`` set, its exit code

@@ -4,10 +4,11 @@ does what the commands do, and the documented TensorDict example runs."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 
 import pytest
-from conftest import ROOT, TINY_EVAL, metric_rows
+from conftest import ROOT, TINY_EVAL, TINY_RUN, metric_rows
 
 import rltool
 from rltool.errors import UserError
@@ -73,3 +74,21 @@ def test_the_tensordict_example_of_the_docs_runs():
     assert blocks
     for code in blocks:
         exec(compile(code, "tensordict-modules.md", "exec"), {})
+
+
+def test_fit_prints_nothing_once_the_rltool_logger_is_off(tmp_path, capfd, console):
+    # progress lines and a resume's note would show (as the commands show them) at INFO
+    tiny = [o for o in TINY_RUN if not o.startswith("logger.progress=")]
+    cfg = rltool.compose(*tiny, "logger.progress=lines")
+    logger = logging.getLogger("rltool")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        rltool.fit(cfg, tmp_path / "run")
+        rltool.resume(tmp_path / "run", "total_frames=512")
+    finally:
+        logger.setLevel(level)
+    assert capfd.readouterr() == ("", "")
+    rltool.resume(tmp_path / "run", "total_frames=768")
+    err = capfd.readouterr().err
+    assert err.startswith("rltool: resuming ") and "frames 768/768 (100%)" in err

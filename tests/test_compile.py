@@ -136,7 +136,7 @@ def latest(run_dir):
     return ckpt.latest(ckpt.checkpoint_dir(run_dir))
 
 
-def test_a_failing_compiler_warns_once_and_runs_eagerly(capfd):
+def test_a_failing_compiler_warns_once_and_runs_eagerly(capfd, console):
     def broken(gm, example_inputs):
         raise RuntimeError("no C++ compiler")
 

@@ -43,7 +43,7 @@ def test_the_cap_is_the_option_else_the_time_limit_else_the_default():
 
 
 @pytest.mark.parametrize(("env_id", "kind"), [("FakeEndless-v0", "mlp"), ("FakeNested-v0", "lstm")])
-def test_cut_episodes_count_and_the_env_starts_a_new_one(env_id, kind, capsys):
+def test_cut_episodes_count_and_the_env_starts_a_new_one(env_id, kind, capsys, console):
     env = make_env(EnvConfig(id=env_id, num_envs=2), training=False)
     policy = make_policy(PolicyConfig(kind=kind, hidden_size=8), env.specs)
     trace: list = []
@@ -90,7 +90,7 @@ def test_a_cartpole_evaluation_cuts_nothing():
     env.close()
 
 
-def test_a_tiny_run_on_an_endless_env_ends_warns_once_and_logs_the_cut(tmp_path, capsys):
+def test_a_tiny_run_on_an_endless_env_ends_warns_once_and_logs_the_cut(tmp_path, capsys, console):
     cfg = make_cfg(
         "env.id=FakeEndless-v0",
         "env.num_envs=2",

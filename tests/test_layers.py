@@ -1,8 +1,8 @@
 """The layers of docs/design.md, checked on the source: every module under rltool/ is read with
 ``ast`` (module-level and function-level imports, ``import x`` and ``from x import y``, relative
 imports resolved) and may import only from its own layer and those below. A module in no layer
-fails too: a new file must be placed in one (rltool/layers.py, the one table; docs/design.md's
-copy is generated from it)."""
+fails too: a new file must be placed in one (rltool/testing/layers.py, the one table;
+docs/design.md's copy is generated from it)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from rltool import layers
+from rltool.testing import layers
 
 NAMES = layers.NAMES
 BASE, CONFIG, COMPONENTS, ALGORITHMS, RUN, COMMANDS = range(len(NAMES))
-# path in the repository -> layer index, from the one table (rltool/layers.py)
+# path in the repository -> layer index, from the one table (rltool/testing/layers.py)
 LAYERS = {path: NAMES.index(name) for path, name in layers.PLACES.items()}
 PURE = layers.PURE
 NO_TORCH = ("torch", "tensordict")  # the config layer composes configs without them
@@ -92,7 +92,7 @@ def violations(root: Path, layers: dict[str, int] = LAYERS) -> list[str]:
     for path in files:
         own = layer_of(path, layers)
         if own is None:
-            found.append(f"{path} is in no layer: place it in PLACES (rltool/layers.py)")
+            found.append(f"{path} is in no layer: place it in PLACES (rltool/testing/layers.py)")
             continue
         name = module_name(path)
         for line, target in imports(path, root):
@@ -192,5 +192,5 @@ def test_unplaced_modules_and_torch_in_config_are_named(tmp_path):
     found = violations(root)
     assert found == [
         "rltool/config/__init__.py:2 (config) imports torch: the config layer imports no torch",
-        "rltool/stray.py is in no layer: place it in PLACES (rltool/layers.py)",
+        "rltool/stray.py is in no layer: place it in PLACES (rltool/testing/layers.py)",
     ]

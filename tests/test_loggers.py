@@ -84,7 +84,9 @@ def test_wandb_disabled_writes_nothing(tmp_path, monkeypatch):
     assert not (run / "wandb").exists() and (run / "metrics.csv").exists()
 
 
-def test_online_without_key_or_network_falls_back_to_offline(tmp_path, monkeypatch, capsys):
+def test_online_without_key_or_network_falls_back_to_offline(
+    tmp_path, monkeypatch, capsys, console
+):
     netrc = tmp_path / "netrc"
     netrc.write_text("")
     monkeypatch.setenv("NETRC", str(netrc))

@@ -75,7 +75,7 @@ def test_exact_resume_with_normalisation_in_process(tmp_path, monkeypatch):
 
 
 def test_an_env_without_state_resumes_with_fresh_episodes_and_a_warning(
-    tmp_path, monkeypatch, capsys
+    tmp_path, monkeypatch, capsys, console
 ):
     train(dataclasses.replace(pendulum(), total_frames=128), tmp_path)
     monkeypatch.setattr(VectorEnv, "get_state", lambda self: None)

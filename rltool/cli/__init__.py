@@ -20,9 +20,11 @@ its Hydra app on its argument list, and gets ``--debug`` as an argument.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
+from rltool.console import cli_output
 from rltool.errors import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -35,6 +37,8 @@ from rltool.errors import (
     UserError,
     one_line,
 )
+
+_log = logging.getLogger(__name__)
 
 
 def _lazy(module: str, func: str, takes_debug: bool = False):
@@ -113,7 +117,8 @@ def _internal_error(exc: Exception) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    rc = _main(argv)
+    with cli_output():  # rltool's log lines on the terminal, as they always were
+        rc = _main(argv)
     if os.environ.get("RLTOOL_LAUNCH_REPORT"):  # rank 0 of a run rltool launched: its status
         from rltool.distributed.launcher import report
 
@@ -135,10 +140,9 @@ def _main(argv: list[str] | None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(
+        _log.error(
             f"rltool: error: unknown command {name!r}: choose one of "
-            f"{', '.join(COMMANDS)} (rltool --help)",
-            file=sys.stderr,
+            f"{', '.join(COMMANDS)} (rltool --help)"
         )
         return EXIT_USAGE
     stderr, sys.stderr = sys.stderr, _QuietStderr(sys.stderr)
@@ -146,10 +150,10 @@ def _main(argv: list[str] | None) -> int:
         rc = COMMANDS[name][0](rest, debug)
         sys.stdout.flush()  # a closed pipe (| head) shows here, not at exit
     except RunStopped as e:  # on purpose: a signal (checkpoint written) or divergence
-        print(f"rltool {name}: {e}", file=stderr)
+        _log.warning(f"rltool {name}: {e}")
         return e.exit_code
     except KeyboardInterrupt:
-        print(f"rltool {name}: interrupted", file=sys.stderr)
+        _log.warning(f"rltool {name}: interrupted")
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # output piped into a reader that stopped (| head): not a failure
         _quiet_stdout()
@@ -157,21 +161,21 @@ def _main(argv: list[str] | None) -> int:
     except (EnvError, OSFault) as e:  # the user's env or the OS, not rltool: their own status
         if debug:
             raise
-        print(f"rltool {name}: error: {e}", file=stderr)
+        _log.error(f"rltool {name}: error: {e}")
         return e.exit_code
     except Exception as e:  # noqa: BLE001 - every failure becomes one line unless --debug
         if debug:
             raise
         if _bad_input(e):
-            print(f"rltool {name}: error: {one_line(e)}", file=stderr)
+            _log.error(f"rltool {name}: error: {one_line(e)}")
             return EXIT_USAGE
         from rltool.runfolder.writes import os_fault
 
         fault = os_fault(e)  # an OS refusal raised outside rltool's writers
         if fault is not None:
-            print(f"rltool {name}: error: {fault}", file=stderr)
+            _log.error(f"rltool {name}: error: {fault}")
             return EXIT_OS
-        print(f"rltool {name}: {_internal_error(e)}", file=stderr)
+        _log.error(f"rltool {name}: {_internal_error(e)}")
         return EXIT_SOFTWARE
     finally:
         sys.stderr = stderr

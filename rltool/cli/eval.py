@@ -11,14 +11,18 @@ needs moviepy and, for the classic-control envs, pygame: ``pip install 'rltool[v
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rltool.cli.args import help_text, parse, wants_help
+from rltool.console import STDOUT
 from rltool.errors import OSFault, UserError
 from rltool.runfolder.layout import RunFolder
 from rltool.runfolder.writes import check_writable, write_text
+
+_log = logging.getLogger(__name__)
 
 
 def _opt(default, help_: str, **more):
@@ -125,9 +129,10 @@ def main(argv: list[str]) -> int:
     result = evaluate_run(a)
     _writes(out, lambda: write_text(out, json.dumps(result, indent=2)))
     if result["episodes"] < a.episodes:
-        print(
+        _log.warning(
             f"rltool eval: warning: only {result['episodes']} of {a.episodes} episodes ended "
-            f"within max_steps={a.max_steps}"
+            f"within max_steps={a.max_steps}",
+            extra=STDOUT,
         )
     f = lambda x: "-" if not math.isfinite(x) else f"{x:.2f}"
     print(

@@ -9,7 +9,10 @@ import warnings
 from dataclasses import dataclass, field
 
 from rltool.cli.args import help_text, parse, wants_help
+from rltool.console import STDOUT
 from rltool.errors import UserError
+
+_log = logging.getLogger(__name__)
 
 
 def _opt(default, help_: str, **more):
@@ -73,5 +76,7 @@ def main(argv: list[str]) -> int:
         for q, level in zip(quiet, levels, strict=True):
             q.setLevel(level)
     where = "metadata 'rltool'" if a.format == "onnx" else "extra file 'rltool.json'"
-    print(f"rltool export: wrote {path} ({a.format}; the I/O contract in its {where})")
+    _log.info(
+        f"rltool export: wrote {path} ({a.format}; the I/O contract in its {where})", extra=STDOUT
+    )
     return 0

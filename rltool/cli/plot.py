@@ -6,7 +6,7 @@ matplotlib: ``pip install 'rltool[plot]'``). With ``by=``, one panel per value o
 
 from __future__ import annotations
 
-import sys
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,8 +14,11 @@ from rltool.analysis.plot import plot, plot_panels
 from rltool.analysis.results import find_runs, group_runs
 from rltool.cli.args import help_text, parse, wants_help
 from rltool.cli.report import FOLDERS_HELP, warn_mixed, warn_unreadable
+from rltool.console import STDOUT
 from rltool.errors import UserError
 from rltool.sweeps.tune.study import is_study
+
+_log = logging.getLogger(__name__)
 
 
 def _opt(default, help_: str, **more):
@@ -71,7 +74,7 @@ def plot_main(argv: list[str]) -> int:
         from rltool.sweeps.tune.plot import plot_study
 
         out = plot_study(Path(a.folders[0]), Path(a.out) if a.out else None)
-        print(f"rltool plot: study history and importances -> {out}")
+        _log.info(f"rltool plot: study history and importances -> {out}", extra=STDOUT)
         return 0
     unreadable = []
     try:
@@ -95,6 +98,6 @@ def plot_main(argv: list[str]) -> int:
     else:
         what = f"{plot(group_runs(runs), out, a.metric, title, warnings)} setting(s)"
     for w in warnings:  # once the plot is written (a refused out= stays one line)
-        print(f"rltool plot: warning: {w}", file=sys.stderr)
-    print(f"rltool plot: {what} -> {out}")
+        _log.warning(f"rltool plot: warning: {w}")
+    _log.info(f"rltool plot: {what} -> {out}", extra=STDOUT)
     return 0

@@ -9,8 +9,8 @@ POPGym settings get an aggregate row per policy, MiniGrid's a success column
 
 from __future__ import annotations
 
+import logging
 import math
-import sys
 from dataclasses import dataclass, field
 
 from rltool.analysis import stats
@@ -21,11 +21,13 @@ from rltool.cli.args import help_text, parse, wants_help
 from rltool.errors import UserError
 from rltool.sweeps.tune.study import is_study
 
+_log = logging.getLogger(__name__)
+
 
 def warn_unreadable(cmd: str, unreadable) -> None:
     """One line each on stderr: a folder that is not a readable run, never a row."""
     for path, why in unreadable:
-        print(f"rltool {cmd}: {path}: unreadable, left out: {why}", file=sys.stderr)
+        _log.warning(f"rltool {cmd}: {path}: unreadable, left out: {why}")
 
 
 FOLDERS_HELP = "run or sweep folders (every argument without '='; a name with '=': ./<name>)"
@@ -126,7 +128,7 @@ def report_main(argv: list[str]) -> int:
         print("\n" + format_compare(*a.compare, versus[0], a.format))
         notes += versus[1]
     for note in notes:
-        print(f"rltool report: {note}", file=sys.stderr)
+        _log.info(f"rltool report: {note}")
     warn_mixed("report", settings)
     return 0
 
@@ -153,8 +155,7 @@ def format_compare(a: str, b: str, table: list[dict], fmt: str) -> str:
 def warn_mixed(cmd: str, settings) -> None:
     """One line each on stderr: a setting whose runs are of several envs (one row, many tasks)."""
     for name, ids in mixed(settings):
-        print(
+        _log.warning(
             f"rltool {cmd}: warning: {name!r} mixes runs of {len(ids)} env.id values "
-            f"({', '.join(ids)}): add task or env.id to by=",
-            file=sys.stderr,
+            f"({', '.join(ids)}): add task or env.id to by="
         )

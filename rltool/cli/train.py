@@ -18,10 +18,10 @@ argument list it is given (:mod:`rltool.cli.hydra_app`): no ``sys.argv``, no ``o
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import shlex
 import shutil
-import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -30,6 +30,7 @@ from omegaconf import DictConfig
 from rltool.cli import hydra_app, launch, sweep_plan
 from rltool.cli.resume_argv import check_no_schema, path_value, resume_args
 from rltool.config.store import conf_dir, register_configs, to_config
+from rltool.console import STDOUT, cli_output
 from rltool.distributed import launcher
 from rltool.distributed.environ import worker_rank
 from rltool.errors import EXIT_JOB_FAILED, EXIT_OK
@@ -42,6 +43,7 @@ from rltool.sweeps import jobs as sweep
 from rltool.sweeps.jobs import Command, current_job, run_job
 
 register_configs()
+_log = logging.getLogger(__name__)
 
 
 class RunStart(Callback):
@@ -61,7 +63,8 @@ class TrainJob:
     command: Command
 
     def __call__(self, dcfg: DictConfig) -> float | None:
-        return train_job(dcfg, self.command)
+        with cli_output():  # a launcher's worker process (joblib) shows the lines too
+            return train_job(dcfg, self.command)
 
 
 def train_job(dcfg: DictConfig, command: Command) -> float | None:
@@ -85,10 +88,9 @@ def train_job(dcfg: DictConfig, command: Command) -> float | None:
     except RunLocked as e:
         if not job.multirun:
             raise
-        print(
+        _log.warning(
             f"rltool train: job {job.num} ({' '.join(job.overrides)}): skipped, another live "
-            f"process holds it ({e.holder})",
-            file=sys.stderr,
+            f"process holds it ({e.holder})"
         )
         return None
     comm.share(str(job.run_dir))  # rank 0 holds the folder: the other ranks may start
@@ -158,8 +160,8 @@ def _end_line(job, summary: dict) -> None:
     line = end_line(job.run_dir, summary)
     if job.multirun:
         line = line.replace("rltool train:", f"rltool train: job {job.num}:", 1)
-    print(line, flush=True)
-    try:  # Hydra's job log, otherwise empty
+    _log.info(line, extra=STDOUT)
+    try:  # Hydra's job log, otherwise empty (rltool's lines do not reach Hydra's handlers)
         with RunFolder(job.run_dir).log.open("a") as f:
             f.write(line + "\n")
     except OSError:

@@ -5,6 +5,7 @@ and exit status (torch loads only in :func:`launch`)."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
@@ -13,6 +14,8 @@ import uuid
 from pathlib import Path
 
 from rltool.errors import EXIT_PEER_LOST, EXIT_PREEMPTED
+
+_log = logging.getLogger(__name__)
 
 REPORT = "RLTOOL_LAUNCH_REPORT"  # rank 0 writes its run folder and exit status there
 
@@ -81,10 +84,9 @@ def _failed(e, report: Path) -> int:
         run_dir = json.loads(report.read_text()).get("run_dir")
     except (OSError, ValueError):
         run_dir = None
-    print(
+    _log.error(
         f"rltool train: rank {rank} stopped ({how}), so the others were stopped; the latest "
-        f"checkpoint is intact: rltool train resume={run_dir or '<run folder>'}",
-        file=sys.stderr,
+        f"checkpoint is intact: rltool train resume={run_dir or '<run folder>'}"
     )
     return EXIT_PEER_LOST
 

@@ -9,24 +9,15 @@ MultiDiscrete / MultiBinary -> ``binary`` (one-hot floats). Text entries are lef
 
 from __future__ import annotations
 
-import sys
-
 import gymnasium as gym
 import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rltool.errors import ConfigError, UserError
+from rltool.errors import ConfigError, UserError, note
 from rltool.specs import IMAGE, INDEX, CompositeSpec, Spec
 
 BINARY = "binary"
-_NOTED: set[str] = set()
-
-
-def note_once(message: str) -> None:
-    if message not in _NOTED:
-        _NOTED.add(message)
-        print(f"rltool: {message}", file=sys.stderr)
 
 
 def is_text(space: gym.Space) -> bool:
@@ -138,7 +129,7 @@ class NestedConverter:
         chosen = list(obs_keys) if obs_keys else [k for k in leaves if k not in exclude]
         texts = [k for k in chosen if is_text(leaves[k][1])]
         if texts:
-            note_once(f"text observation entries {texts} are left out (rltool cannot encode text)")
+            note(f"text observation entries {texts} are left out (rltool cannot encode text)")
         self.paths, entries, self._fns, self._shapes = {}, {}, {}, {}
         for k in chosen:
             if k in texts:

@@ -7,13 +7,13 @@ warning that says how to sync later; ``disabled`` logs nothing."""
 
 from __future__ import annotations
 
+import logging
 import math
 import netrc
 import os
 import secrets
 import socket
 import string
-import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,10 +21,11 @@ from rltool.config import WandbLoggerConfig
 from rltool.runfolder import layout
 
 ID_FILE = layout.WANDB_ID
+_log = logging.getLogger(__name__)
 
 
 def _warn(msg: str) -> None:
-    print(f"rltool: warning: {msg}", file=sys.stderr)
+    _log.warning(f"rltool: warning: {msg}")
 
 
 def _has_api_key(host: str) -> bool:

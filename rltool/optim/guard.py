@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import sys
+import logging
 
 import torch
 
 from rltool.errors import EXIT_DIVERGED, RunStopped
+
+_log = logging.getLogger(__name__)
 
 
 class NonFiniteGuard:
@@ -28,7 +30,7 @@ class NonFiniteGuard:
         self.in_a_row += 1
         what = "loss" if not finite_loss else "gradient"
         if self.in_a_row == 1:
-            print(f"rltool: skipped an optimizer step with a non-finite {what}", file=sys.stderr)
+            _log.warning(f"rltool: skipped an optimizer step with a non-finite {what}")
         if self.in_a_row >= self.max_in_a_row:
             raise RunStopped(
                 f"stopped: {self.in_a_row} optimizer steps in a row had a non-finite {what}; the "

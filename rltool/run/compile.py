@@ -25,7 +25,7 @@ warning line and that function runs eagerly from then on.
 
 from __future__ import annotations
 
-import sys
+import logging
 from collections.abc import Callable
 
 import torch
@@ -33,6 +33,8 @@ from tensordict import TensorDictBase
 from torch.utils._pytree import tree_map_only
 
 from rltool.collectors.devices import module_device
+
+_log = logging.getLogger(__name__)
 
 
 class Compiled:
@@ -58,10 +60,9 @@ class Compiled:
                 c.failed = True
             cause = e.__cause__ or e  # BackendCompilerFailed: the backend's own error
             reason = f"{type(cause).__name__}: {str(cause).strip()[:160]}".splitlines()[0]
-            print(
+            _log.warning(
                 f"rltool: warning: compile=true: torch.compile failed on {self.what} "
-                f"({reason}); the run goes on eagerly",
-                file=sys.stderr,
+                f"({reason}); the run goes on eagerly"
             )
             return self.eager(*args, **kwargs)
         return _clone(out) if self.cuda else out

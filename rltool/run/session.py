@@ -17,11 +17,11 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
+import logging
 import os
 import random
 import shlex
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -35,6 +35,8 @@ from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError, 
 from rltool.run import checkpoint as ckpt
 from rltool.runfolder import layout
 from rltool.runfolder.writes import write_text
+
+_log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -222,7 +224,7 @@ class Session:
         record = _plain(dataclasses.replace(cfg, resume=None))
         if OmegaConf.to_container(OmegaConf.load(run_dir / layout.CONFIG)) != record:
             write_text(run_dir / layout.CONFIG, config_text(record))
-        print(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)", file=sys.stderr)
+        _log.info(f"rltool: resuming {run_dir} from {path.name} ({c.frames:,} frames)")
 
     # ---- the loop's side ----
     def progress(self) -> float:
@@ -311,16 +313,14 @@ class Session:
             name = signal.Signals(signum).name
             if self.stop_signal is None:
                 self.stop_signal, self._stop_at = signum, time.monotonic()
-                print(
+                _log.warning(
                     f"\nrltool: {name}: finishing this update, then writing a checkpoint "
-                    f"({name} again exits at once)",
-                    file=sys.stderr,
-                    flush=True,
+                    f"({name} again exits at once)"
                 )
                 return
             if self.run.comm.world > 1 and time.monotonic() - self._stop_at < ECHO_S:
                 return  # the launcher forwarding the signal Slurm also sent this rank: the same
-            print(f"\nrltool: second {name}: exiting now, no new checkpoint", file=sys.stderr)
+            _log.warning(f"\nrltool: second {name}: exiting now, no new checkpoint")
             raise SystemExit(128 + signum)
 
         for s in (signal.SIGTERM, signal.SIGINT):

@@ -13,9 +13,9 @@ result, a preemption, --debug, the hooks) is one :class:`Command` object, never 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -25,11 +25,14 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from rltool.console import STDOUT
 from rltool.errors import EXIT_PREEMPTED, OSFault, RunStopped, UserError, one_line
 from rltool.run.hooks import Hooks
 from rltool.runfolder import lock as runlock
 from rltool.runfolder.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
 from rltool.runfolder.writes import atomic_write, os_fault, write_text
+
+_log = logging.getLogger(__name__)
 
 
 class JobPruned(Exception):
@@ -162,10 +165,8 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
     later job of ``command`` starts (a re-run of the same command continues them all)."""
     command = command or Command()
     if job.multirun and command.preempted is not None:
-        print(
-            f"rltool: job {job.num} ({' '.join(job.overrides)}): not started, the sweep was "
-            "stopped",
-            file=sys.stderr,
+        _log.warning(
+            f"rltool: job {job.num} ({' '.join(job.overrides)}): not started, the sweep was stopped"
         )
         raise command.preempted
     prev, resume = read_status(job.run_dir), False
@@ -183,7 +184,10 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
         if prev.get("conflict"):
             write_status(job.run_dir, conflict=None)
         if prev.get("status") == "done":
-            print(f"rltool: job {job.num} ({' '.join(job.overrides)}): done already, skipped")
+            _log.info(
+                f"rltool: job {job.num} ({' '.join(job.overrides)}): done already, skipped",
+                extra=STDOUT,
+            )
             return _summary(job.run_dir)
         if has_checkpoint(job.run_dir):
             resume = True
@@ -204,7 +208,7 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
         result = fn(resume)
     except JobPruned as e:
         _record_end(job.run_dir, status="pruned", error=None, ended=_now())
-        print(f"rltool: job {job.num} ({' '.join(job.overrides)}): pruned ({e})")
+        _log.info(f"rltool: job {job.num} ({' '.join(job.overrides)}): pruned ({e})", extra=STDOUT)
         return None
     except RunStopped as e:
         preempted = e.exit_code == EXIT_PREEMPTED
@@ -250,11 +254,10 @@ def _fail(job: Job, e: Exception, debug: bool, keep_status: bool = False) -> Non
     msg = _why(e)
     if not keep_status:
         _record_end(job.run_dir, status="failed", error=msg, ended=_now())
-    print(f"rltool train: job {job.num} ({' '.join(job.overrides)}) failed: {msg}", file=sys.stderr)
-    if debug:
-        import traceback
-
-        traceback.print_exception(e)
+    _log.error(  # with --debug, the traceback after the line
+        f"rltool train: job {job.num} ({' '.join(job.overrides)}) failed: {msg}",
+        exc_info=e if debug else None,
+    )
     return None
 
 
@@ -320,7 +323,10 @@ class SweepSummary(Callback):
 
     def on_multirun_end(self, config, **kwargs) -> None:
         result = sweep_result(Path(config.hydra.sweep.dir))
-        print(result.line(), file=sys.stderr if result.failed else sys.stdout)
+        if result.failed:
+            _log.error(result.line())
+        else:
+            _log.info(result.line(), extra=STDOUT)
         command = current()
         if command is not None:
             command.result = result

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+_log = logging.getLogger(__name__)
 
 POLL_S = 0.2
 
@@ -52,11 +55,9 @@ class Pool:
 
     def _forward(self, signum, _frame) -> None:
         if self.stop_signal is None:
-            print(
+            _log.warning(
                 f"\nrltool tune: {signal.Signals(signum).name}: stopping the running trials "
-                "(each writes a checkpoint)",
-                file=sys.stderr,
-                flush=True,
+                "(each writes a checkpoint)"
             )
         self.stop_signal = signum
         self._signal_all(signum)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -11,10 +12,13 @@ from omegaconf import OmegaConf
 
 from rltool.analysis.results import find_runs, group_runs
 from rltool.analysis.tables import format_table, rows
+from rltool.console import STDOUT
 from rltool.errors import EXIT_PREEMPTED, RunStopped, UserError
 from rltool.sweeps.tune import space as sp
 from rltool.sweeps.tune import study as st
 from rltool.sweeps.tune.pool import Pool
+
+_log = logging.getLogger(__name__)
 
 CALLBACK = "hydra.callbacks.tune_report"
 
@@ -55,9 +59,10 @@ class Runner:
                 self._run(number, trial_id, values)
             while self._finished() < self.opts.trials:
                 self._run(*self._ask())
-        print(
+        _log.info(
             f"rltool tune: study {self.folder}: {self._counts()}; {st.best_line(self.study)}; "
-            f"next: rltool report {self.folder} | rltool plot {self.folder}"
+            f"next: rltool report {self.folder} | rltool plot {self.folder}",
+            extra=STDOUT,
         )
 
     def _left_running(self) -> list[tuple[int, int, dict]]:
@@ -66,7 +71,7 @@ class Runner:
 
         out = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            print(f"rltool tune: trial {t.number}: continuing (left unfinished)")
+            _log.info(f"rltool tune: trial {t.number}: continuing (left unfinished)", extra=STDOUT)
             # sampling again returns the stored values (and draws any a kill left unsampled);
             # optuna has no public handle on a stored trial's id
             trial = Trial(self.study, t._trial_id)
@@ -116,7 +121,7 @@ class Runner:
             self._tell(number, values, outcome)
             return
         pool.start(number, ["train", *self._trial_argv(number, trial_id, values)])
-        print(f"rltool tune: trial {number}: started (log: {pool.log(number)})")
+        _log.info(f"rltool tune: trial {number}: started (log: {pool.log(number)})", extra=STDOUT)
 
     def _finished(self) -> int:
         return sum(t.state.is_finished() for t in self.study.get_trials(deepcopy=False))
@@ -184,14 +189,19 @@ class Runner:
         shown = " ".join(self.trial_overrides(values))
         if state == st.DONE:
             self.study.tell(number, value)
-            print(f"rltool tune: trial {number}: {self.objective} {value:g} ({shown})")
+            _log.info(
+                f"rltool tune: trial {number}: {self.objective} {value:g} ({shown})", extra=STDOUT
+            )
         elif state == st.PRUNED:
             self.study.tell(number, state=TrialState.PRUNED)
-            print(f"rltool tune: trial {number}: pruned ({shown})")
+            _log.info(f"rltool tune: trial {number}: pruned ({shown})", extra=STDOUT)
         else:
             self.failed += 1
             self.study.tell(number, state=TrialState.FAIL)
-            print(f"rltool tune: trial {number}: failed: {why or 'unfinished'} ({shown})")
+            _log.warning(
+                f"rltool tune: trial {number}: failed: {why or 'unfinished'} ({shown})",
+                extra=STDOUT,
+            )
 
     # ---- after the search ----
     def _trial(self, number: int):
@@ -216,13 +226,14 @@ class Runner:
         settings = group_runs(runs)
         for s in settings:  # one row; its name would be every sampled value, hundreds of columns
             s.name = f"trial {number}"
-        print(format_table(rows(settings, self.objective.goal)))
+        _log.info(format_table(rows(settings, self.objective.goal)), extra=STDOUT)
         # as the sweep ran them: the line pastes back as overrides of rltool train
-        print(f"trial {number}: " + " ".join(self.trial_overrides(t.params)))
-        print(
+        _log.info(f"trial {number}: " + " ".join(self.trial_overrides(t.params)), extra=STDOUT)
+        _log.info(
             f"rltool tune: trial {number} on the held-out seeds {population[0]}-"
             f"{population[-1]}: {self.objective} {self.objective.of_runs(runs):g} (search: "
-            f"{t.value:g} on seeds {self._seeds()})"
+            f"{t.value:g} on seeds {self._seeds()})",
+            extra=STDOUT,
         )
 
     def _seeds(self) -> str:
@@ -244,4 +255,4 @@ class Runner:
         )
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(head + body)
-        print(f"rltool tune: trial {best.number}'s settings -> {path}")
+        _log.info(f"rltool tune: trial {best.number}'s settings -> {path}", extra=STDOUT)

@@ -24,9 +24,9 @@ PLACES: dict[str, str] = {
     "rltool/keys.py": "base",
     "rltool/specs.py": "base",
     "rltool/errors.py": "base",
-    "rltool/layers.py": "base",
     "rltool/version.py": "base",  # the installed package's version, rltool.__version__
-    "rltool/testing/": "base",  # fault injection for tests (kill, hang, slow at named points)
+    "rltool/console.py": "base",  # terminal lines through logging, as the commands show them
+    "rltool/testing/": "base",  # fault injection for tests, this layer table
     "rltool/runfolder/": "base",  # file names, the writer lock, atomic writes
     "rltool/config/": "config",  # the schemas, the ConfigStore, what a resume may change
     "rltool/memories.py": "config",  # the memory registry: names, schemas, lazy classes
