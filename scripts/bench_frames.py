@@ -17,6 +17,12 @@ there, so a population can be run in parts and summarised at once:
     python scripts/bench_frames.py --case mlp --seeds 100-119
     python scripts/bench_frames.py --case lstm --seeds 100-119 --results lstm.jsonl
     python scripts/bench_frames.py --case lstm --seeds 100-119 --results lstm.jsonl --summary
+
+One difference switched alone on rltool's side (rltool config overrides), against the peer's
+runs of a baseline population (not run again: a seeded run is deterministic):
+
+    python scripts/bench_frames.py --case mlp --seeds 100-109 --results vf1.jsonl \
+        --rltool-override loss.value_coef=1.0 --peer-results bench_frames_mlp.jsonl
 """
 
 from __future__ import annotations
@@ -57,10 +63,13 @@ def load(path: Path) -> dict[tuple[str, int, str], dict]:
     return {(r["case"], r["seed"], r["side"]): r for r in rows}
 
 
-def run_one(case: str, seed: int, side: str, frames: int, eval_every: int) -> dict:
+def run_one(
+    case: str, seed: int, side: str, frames: int, eval_every: int, extra: tuple[str, ...] = ()
+) -> dict:
+    """One run of one side; ``extra``: rltool config overrides (rltool's side only)."""
     cfg = bench_ppo.rltool_config(case, seed, frames, eval_every)
     if side == "rltool":
-        fps, evals, _ = bench_ppo.run_rltool(case, seed, frames, eval_every)
+        fps, evals, _ = bench_ppo.run_rltool(case, seed, frames, eval_every, extra)
     else:
         fps, evals, _ = bench_ppo.run_sb3(case, seed, frames, eval_every, cfg)
     return {
@@ -69,6 +78,7 @@ def run_one(case: str, seed: int, side: str, frames: int, eval_every: int) -> di
         "side": side,
         "frames": frames,
         "eval_every": eval_every,
+        "overrides": list(extra) if side == "rltool" else [],
         "fps": fps,
         "evals": [[int(f), float(r)] for f, r in evals],
     }
@@ -159,17 +169,34 @@ def main():
     )
     p.add_argument("--results", help="JSON lines of finished runs (default: bench_frames_<case>)")
     p.add_argument("--summary", action="store_true", help="only summarise --results")
+    p.add_argument(
+        "--rltool-override",
+        action="append",
+        default=[],
+        help="an rltool config override after the case's (repeatable): one difference alone",
+    )
+    p.add_argument(
+        "--peer-results",
+        help="take the peer's runs from this results file (a baseline population's) instead\n"
+        "of running them",
+    )
     a = p.parse_args()
     seeds, threshold = parse_seeds(a.seeds), bench_ppo.CASES[a.case]["threshold"]
     results = Path(a.results or f"bench_frames_{a.case}.jsonl")
     torch.set_num_threads(1)
-    rows = load(results)
+    rows, extra = load(results), tuple(a.rltool_override)
+    if any(k[2] == "rltool" and r.get("overrides", []) != list(extra) for k, r in rows.items()):
+        p.error(f"{results} holds rltool runs with other overrides: give another --results")
+    sides = SIDES
+    if a.peer_results:
+        rows |= {k: r for k, r in load(Path(a.peer_results)).items() if k[2] != "rltool"}
+        sides = ("rltool",)
     if not a.summary:
         for seed in seeds:
-            for side in SIDES:
+            for side in sides:
                 if (a.case, seed, side) in rows:
                     continue
-                row = run_one(a.case, seed, side, a.frames, a.eval_every)
+                row = run_one(a.case, seed, side, a.frames, a.eval_every, extra)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 rows[a.case, seed, side] = row
@@ -179,6 +206,8 @@ def main():
                     f"{threshold:.0f} {reach:,.0f}, final {row['evals'][-1][1]:.1f}",
                     flush=True,
                 )
+    if extra:
+        print("rltool overrides:", " ".join(extra))
     print(summary(rows, a.case, seeds, threshold, a.frames))
 
 

@@ -110,14 +110,17 @@ def rltool_overrides(case: str, seed: int, frames: int, eval_every: int) -> list
     ]
 
 
-def rltool_config(case, seed, frames, eval_every):
+def rltool_config(case, seed, frames, eval_every, extra: tuple[str, ...] = ()):
+    """The case's config; ``extra``: more overrides after the case's (one difference
+    switched alone, e.g. ``loss.value_coef=1.0``)."""
     register_configs()
+    overrides = [*rltool_overrides(case, seed, frames, eval_every), *extra]
     with initialize_config_dir(conf_dir(), version_base="1.3"):
-        return to_config(compose("config", rltool_overrides(case, seed, frames, eval_every)))
+        return to_config(compose("config", overrides))
 
 
-def run_rltool(case, seed, frames, eval_every):
-    cfg = rltool_config(case, seed, frames, eval_every)
+def run_rltool(case, seed, frames, eval_every, extra: tuple[str, ...] = ()):
+    cfg = rltool_config(case, seed, frames, eval_every, extra)
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d))
         rows = list(csv.DictReader((Path(d) / "metrics.csv").open()))

@@ -46,3 +46,12 @@ def test_both_sides_evaluate_at_the_same_frames(case):
     rows = {side: bench_frames.run_one(case, 0, side, 1_200, 512) for side in bench_frames.SIDES}
     frames = [[f for f, _ in rows[side]["evals"]] for side in bench_frames.SIDES]
     assert frames[0] == frames[1] == [512, 1024, 1280]  # after those updates; the final
+
+
+def test_an_override_switches_one_difference_on_rltools_side():
+    import bench_ppo
+
+    base = bench_ppo.rltool_config("mlp", 0, 1_000, 512)
+    cfg = bench_ppo.rltool_config("mlp", 0, 1_000, 512, ("loss.value_coef=1.0",))
+    assert (base.loss.value_coef, cfg.loss.value_coef) == (0.5, 1.0)
+    assert cfg.optim == base.optim and cfg.env == base.env
