@@ -7,7 +7,10 @@ Cases (same hyperparameters for both, printed side by side; same evaluator: rlto
   minigrid, atari  image observations, recurrent, frames per CPU-second and parameter counts
         side by side                          vs sb3-contrib RecurrentPPO (scripts/bench_images.py)
 Training frames/s excludes evaluation time. frames-to-threshold is the first evaluation (every
---eval-every frames) whose mean return reaches the threshold. Medians over --seeds seeds.
+--eval-every frames) whose mean return reaches the threshold. Both sides evaluate at the same
+frame counts (after the update of the rollout that reaches each multiple of --eval-every) and
+end with eval.final_episodes episodes. Medians over --seeds seeds; populations with intervals:
+scripts/bench_frames.py.
 
     python scripts/bench_ppo.py --case mlp --seeds 5
     python scripts/bench_ppo.py --case lstm --seeds 3 --frames 100000
@@ -107,14 +110,17 @@ def rltool_overrides(case: str, seed: int, frames: int, eval_every: int) -> list
     ]
 
 
-def rltool_config(case, seed, frames, eval_every):
+def rltool_config(case, seed, frames, eval_every, extra: tuple[str, ...] = ()):
+    """The case's config; ``extra``: more overrides after the case's (one difference
+    switched alone, e.g. ``loss.value_coef=1.0``)."""
     register_configs()
+    overrides = [*rltool_overrides(case, seed, frames, eval_every), *extra]
     with initialize_config_dir(conf_dir(), version_base="1.3"):
-        return to_config(compose("config", rltool_overrides(case, seed, frames, eval_every)))
+        return to_config(compose("config", overrides))
 
 
-def run_rltool(case, seed, frames, eval_every):
-    cfg = rltool_config(case, seed, frames, eval_every)
+def run_rltool(case, seed, frames, eval_every, extra: tuple[str, ...] = ()):
+    cfg = rltool_config(case, seed, frames, eval_every, extra)
     with tempfile.TemporaryDirectory() as d:
         train(cfg, Path(d))
         rows = list(csv.DictReader((Path(d) / "metrics.csv").open()))
@@ -220,24 +226,32 @@ def run_sb3(case, seed, frames, eval_every, cfg):
     raw = dataclasses.replace(cfg.env, normalize_obs=False, normalize_reward=False)
     eval_env = make_env(raw, num_envs=cfg.eval.episodes, training=False)
     norm = venv.normalize_obs if isinstance(venv, VecNormalize) else None
-    evals, eval_time = [], [0.0]
+    evals, eval_time, next_eval = [], [0.0], [eval_every]
+
+    def score(episodes):
+        t = time.perf_counter()
+        policy = SB3Policy(model, recurrent, norm)
+        ret = evaluate(policy, eval_env, seed + cfg.eval.seed_offset, episodes)
+        evals.append((model.num_timesteps, ret["eval/return_mean"]))
+        eval_time[0] += time.perf_counter() - t
 
     class Eval(BaseCallback):
+        """Evaluates where rltool's loop does (rltool/train.py): after the update of the first
+        rollout that reaches the next multiple of ``eval_every`` (a rollout starts after the
+        previous update), the same frame counts on both sides; the final one after learn."""
+
+        def _on_rollout_start(self):
+            if self.num_timesteps >= next_eval[0]:
+                score(cfg.eval.episodes)
+                next_eval[0] += eval_every
+
         def _on_step(self):
-            if self.num_timesteps % eval_every < z["num_envs"]:
-                t = time.perf_counter()
-                ret = evaluate(
-                    SB3Policy(self.model, recurrent, norm), eval_env, seed + cfg.eval.seed_offset
-                )
-                evals.append((self.num_timesteps, ret["eval/return_mean"]))
-                eval_time[0] += time.perf_counter() - t
             return True
 
     start = time.perf_counter()
     model.learn(frames, callback=Eval())
     wall = time.perf_counter() - start - eval_time[0]
-    ret = evaluate(SB3Policy(model, recurrent, norm), eval_env, seed + cfg.eval.seed_offset)
-    evals.append((model.num_timesteps, ret["eval/return_mean"]))
+    score(cfg.eval.final_episodes)  # as rltool's final evaluation: more episodes
     return model.num_timesteps / wall, evals, model
 
 
