@@ -43,7 +43,7 @@ def compose(*overrides: str):
             ``rltool train``.
 
     Returns:
-        rltool.config.Config: The composed, checked config (a frozen dataclass).
+        rltool.config.Config: The composed, checked config (a dataclass; groups as attributes).
 
     Raises:
         rltool.errors.ConfigError: A value outside its declared range or choices (one line

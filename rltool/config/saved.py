@@ -49,7 +49,7 @@ def check_changes(keys: Iterable[str]) -> None:
 
 def read_saved(path: str | os.PathLike) -> dict:
     """A saved ``config.yaml`` as a plain dict in today's layout (older runs' memory keys
-    migrated, :func:`rltool.memories.migrate`); an unreadable file is a one-line UserError."""
+    migrated, ``rltool.memories.migrate``); an unreadable file is a one-line UserError."""
     from rltool import memories
 
     try:
@@ -62,7 +62,7 @@ def read_saved(path: str | os.PathLike) -> dict:
 
 
 def load(run_dir: str | os.PathLike) -> DictConfig:
-    """The run's ``config.yaml`` in the schemas (:class:`~rltool.config.Config`, the loss's by its
+    """The run's ``config.yaml`` in the schemas (``rltool.config.Config``, the loss's by its
     name): a typed node, every key the file lacks at the schema's default.
 
     Raises:

@@ -48,7 +48,7 @@ def _typed(schema, node: dict):
 class Restored:
     """A checkpoint turned back into objects: the configs, the policy (exploit, eval), the
     frozen observation normaliser (or None) and the env's record (specs, converter, mask source,
-    action map: :class:`~rltool.envs.record.EnvRecord`)."""
+    action map: ``rltool.envs.record.EnvRecord``)."""
 
     env_cfg: EnvConfig
     policy_cfg: PolicyConfig
@@ -102,7 +102,7 @@ def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
 
 def restore(run_dir, checkpoint: str | None = None) -> Restored:
     """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
-    loaded with ``weights_only=True`` (:func:`rltool.run.checkpoint.load`). The run's own
+    loaded with ``weights_only=True`` (``rltool.run.checkpoint.load``). The run's own
     ``config.yaml`` is trusted, not the file: a checkpoint written with another env, policy or
     algorithm (a file copied in from another run) is refused, as a resume refuses it. No env is
     built where the checkpoint holds the env's record (``env``, written by every checkpoint now);
@@ -146,7 +146,7 @@ def env_record(body: dict, env_cfg: EnvConfig) -> EnvRecord:
 
 def _check_run(run_dir: Path, config: dict, path: Path) -> None:
     """Refuses checkpoint ``path`` when its ``config`` differs from the run's ``config.yaml``
-    in a key a resume may not change (:func:`rltool.run.checkpoint.check_config`)."""
+    in a key a resume may not change (``rltool.run.checkpoint.check_config``)."""
     own = layout.RunFolder(run_dir).config
     if not own.is_file():  # a folder of checkpoints only: nothing to check against
         return
