@@ -1,6 +1,6 @@
 """rltool: a Hydra-driven RL training toolkit for memory (recurrent) policies.
 
-The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until a call needs it)::
+The public Python API (``rltool/api.py``; ``import rltool`` loads no torch until a call needs it):
 
     cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm")   # what rltool train would run
     summary = rltool.fit(cfg, "runs/lstm", hooks=rltool.Hooks(on_eval=[...]))  # rltool train
@@ -33,8 +33,28 @@ _LAZY = {  # name -> its module, imported on first use
 
 
 def compose(*overrides: str):
-    """``cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm")``: the typed config
-    (:class:`rltool.config.Config`) that ``rltool train`` would run with these overrides."""
+    """The typed config that ``rltool train <overrides>`` would run with.
+
+    The same config files and the same checks as the command; ``import rltool`` stays free of
+    torch until a call needs it.
+
+    Args:
+        *overrides (str): Hydra overrides, ``"key=value"`` or ``"group=option"``, as typed after
+            ``rltool train``.
+
+    Returns:
+        rltool.config.Config: The composed, checked config (a dataclass; groups as attributes).
+
+    Raises:
+        rltool.errors.ConfigError: A value outside its declared range or choices (one line
+            naming the key and the fix); Hydra's own error for an override that does not parse
+            or names no option.
+
+    Example:
+        ```python
+        cfg = rltool.compose("env=cartpole_pomdp", "policy=lstm", "total_frames=20000")
+        ```
+    """
     from rltool.config.store import compose as _compose
 
     return _compose(*overrides)

@@ -1,6 +1,6 @@
 """The public Python API, exported from ``rltool``: compose a config, train, resume, evaluate, load
 a policy. Each call does what its command does, in this process (training is ``rltool.fit``:
-``rltool.train`` is the module of the training loop, ``rltool/train.py``)::
+``rltool.train`` is the module of the training loop, ``rltool/train.py``):
 
     import rltool
 
@@ -10,8 +10,8 @@ a policy. Each call does what its command does, in this process (training is ``r
     result = rltool.evaluate("runs/lstm", episodes=20)       # rltool eval run=... (eval.json)
     policy, state = rltool.load_policy("runs/lstm")          # the policy for your own loop
 
-Bad input raises :class:`rltool.errors.UserError` (its message is the command's one line);
-``hooks`` (:class:`rltool.run.hooks.Hooks`) are called from the training loop, per call.
+Bad input raises ``rltool.errors.UserError`` (its message is the command's one line);
+``hooks`` (``rltool.run.hooks.Hooks``) are called from the training loop, per call.
 """
 
 from __future__ import annotations
@@ -29,10 +29,29 @@ from rltool.runfolder import lock as runlock
 
 
 def fit(cfg: Config, run_dir: str | Path | None = None, *, hooks: Hooks | None = None) -> dict:
-    """Trains ``cfg`` (from :func:`rltool.compose`) into ``run_dir`` (default:
-    ``outputs/<date>/<time>``, as ``rltool train``) holding the folder's lock; returns the
-    summary (``summary.json``: frames, wall time, the final and best evaluations). With
-    ``cfg.resume`` set, continues that run (see :func:`resume`)."""
+    """Trains ``cfg`` into ``run_dir``, as ``rltool train`` does, holding the folder's lock.
+
+    With ``cfg.resume`` set, continues that run (see ``resume``).
+
+    Args:
+        cfg (rltool.config.Config): The config, from ``rltool.compose``.
+        run_dir (str | Path | None): The run folder; default ``outputs/<date>/<time>``, as
+            ``rltool train``.
+        hooks (rltool.Hooks | None): Callbacks of this call only (``on_eval``).
+
+    Returns:
+        dict: The summary, as ``summary.json``: frames, wall time, the final and best
+            evaluations.
+
+    Raises:
+        rltool.errors.UserError: Bad input (the command's one line), or a folder another run
+            holds.
+
+    Example:
+        ```python
+        summary = rltool.fit(rltool.compose("policy=lstm"), "runs/lstm")
+        ```
+    """
     from rltool.train import train as _train
 
     run_dir = Path(run_dir or time.strftime("outputs/%Y-%m-%d/%H-%M-%S"))
@@ -46,9 +65,26 @@ def fit(cfg: Config, run_dir: str | Path | None = None, *, hooks: Hooks | None =
 
 
 def resume(run_dir: str | Path, *overrides: str, hooks: Hooks | None = None) -> dict:
-    """Continues the run in ``run_dir`` from its latest checkpoint, with its saved config and
-    ``overrides`` (``key=value``) of the keys a resume may change (``total_frames``, logging,
-    checkpointing, evaluation cadence)."""
+    """Continues the run in ``run_dir`` from its latest checkpoint, with its saved config.
+
+    Args:
+        run_dir (str | Path): The run folder.
+        *overrides (str): ``"key=value"`` of the keys a resume may change (``total_frames``,
+            logging, checkpointing, evaluation cadence).
+        hooks (rltool.Hooks | None): Callbacks of this call only.
+
+    Returns:
+        dict: The summary, as ``fit`` returns it.
+
+    Raises:
+        rltool.errors.UserError: No checkpoint in ``run_dir``, or an override of a key a resume
+            may not change.
+
+    Example:
+        ```python
+        summary = rltool.resume("runs/lstm", "total_frames=40000")
+        ```
+    """
     run_dir = Path(run_dir)
     if not layout.has_checkpoint(run_dir):
         raise UserError(f"{run_dir} holds no checkpoint to resume: start a new run")
@@ -66,12 +102,33 @@ def evaluate(
     max_steps: int = 100_000,
     video_episodes: int = 0,
 ) -> dict:
-    """``rltool eval`` in this process: plays ``episodes`` greedy episodes of the run's latest
-    (or named; ``"best"``) checkpoint under the evaluation protocol, ``num_envs`` at once (default
-    ``min(episodes, 8)``), seeded like training's evaluations unless ``seed``; at most
-    ``max_steps`` vector steps. ``video_episodes`` > 0 records that many of the first env into
-    ``<run>/videos/``. Returns what ``rltool eval`` writes to ``eval.json``: the return and
-    length statistics and every episode."""
+    """``rltool eval`` in this process: greedy episodes of a checkpoint, under the evaluation
+    protocol.
+
+    Args:
+        run_dir (str | Path): The run folder.
+        episodes (int): How many episodes to play.
+        checkpoint (str | None): The latest when None; ``"best"`` (the best evaluation's), a
+            file name or a frame count.
+        seed (int | None): Seeded like training's evaluations when None.
+        num_envs (int | None): Envs at once; default ``min(episodes, 8)``.
+        max_steps (int): At most this many vector steps.
+        video_episodes (int): When > 0, records that many episodes of the first env into
+            ``<run>/videos/``.
+
+    Returns:
+        dict: What ``rltool eval`` writes to ``eval.json``: the run, checkpoint, frames, seed,
+            the return and length statistics, and every episode's return and length.
+
+    Raises:
+        rltool.errors.UserError: No run or checkpoint there, or video asked of an env that
+            cannot record it.
+
+    Example:
+        ```python
+        result = rltool.evaluate("runs/lstm", episodes=20, checkpoint="best")
+        ```
+    """
     from rltool.deploy.inference import restore
     from rltool.run.evaluation import run_episodes, summarize
 

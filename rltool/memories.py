@@ -134,10 +134,10 @@ class NoKeys:
 
 @dataclass
 class GRUConfig:
-    # on CPU when training: rltool's (modules/gru_kernel.py: the actor's and critic's GRU in
-    # one loop, ~3x torch's there) or torch's GRU (the figures before 2026-12-06); the same
-    # maths, different last-bit rounding, so a seed's run differs. Acting, CUDA: torch's
-    kernel: str = choice("rltool", ("rltool", "torch"))  # rltool | torch
+    # the GRU's training kernel on CPU: rltool = rltool/modules/gru_kernel.py (the actor's and
+    # critic's GRU in one loop, faster), torch = torch's GRU; the same maths with different
+    # last-bit rounding. Acting and CUDA always use torch's
+    kernel: str = choice("rltool", ("rltool", "torch"))
 
     def __post_init__(self):
         check_fields(self, MEMORY_KEYS)

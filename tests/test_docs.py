@@ -22,15 +22,35 @@ def test_the_generated_references_are_current():
     assert r.returncode == 0, r.stderr
 
 
-def test_the_site_builds_strictly(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The site, built once with ``mkdocs build --strict``: (return code, output, site folder)."""
+    out = tmp_path_factory.mktemp("site")
     r = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         env={"NO_MKDOCS_2_WARNING": "1", "PATH": "/usr/bin:/bin"},
     )
-    assert r.returncode == 0, r.stdout + r.stderr
+    return r.returncode, r.stdout + r.stderr, out
+
+
+def test_the_site_builds_strictly(site):
+    code, output, _ = site
+    assert code == 0, output
+
+
+def test_the_api_page_renders_no_raw_restructuredtext(site):
+    """The docstrings mkdocstrings renders are Google style: a reST role or a literal-block
+    ``::`` would show as raw text on the page; each function has its parameter table."""
+    code, output, folder = site
+    assert code == 0, output
+    page = (folder / "reference" / "api" / "index.html").read_text()
+    article = page[page.index("<article") : page.index("</article>")]
+    text = re.sub(r"<[^>]+>", " ", article)
+    assert [r for r in (":class:", ":func:", ":mod:", ":meth:", "::") if r in text] == []
+    assert text.count("Parameters:") >= 7 and text.count("Example") >= 8
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -1,8 +1,9 @@
 """``rltool export``: every memory (and the MLP) exported to ONNX and to a ``torch.export``
 program, then driven side by side with ``rltool.load_policy`` over episodes with resets (several
 envs ending at different steps): the same actions at every step, the same states to 1e-5. A Dict
-observation with an image, MultiDiscrete actions and previous action / reward inputs; the
-example script run with onnxruntime and no torch; bad input refused in one line, no file left."""
+observation with an image, MultiDiscrete actions and previous action / reward inputs; the deploy
+page's ONNX runner run with onnxruntime and no torch; bad input refused in one line, no file
+left."""
 
 from __future__ import annotations
 
@@ -193,26 +194,59 @@ def test_dict_image_observation_prev_inputs_and_multidiscrete(nested_run, fmt, t
     assert {"action", "next_prev_action", "logits", "state_value"} <= set(outs)
 
 
-def test_the_example_script_runs_without_torch(tmp_path):
-    run = _train(tmp_path, "env=cartpole_pomdp", "policy=lstm")
+DEPLOY_PAGE = ROOT / "docs" / "how-to" / "deploy-a-policy.md"
+NO_TORCH = """import sys
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] == 'torch': raise ImportError('torch imported')
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def page_runner() -> str:
+    """The ONNX runner of the deploy page: the python block after its ``onnx-runner`` mark."""
+    after = DEPLOY_PAGE.read_text().split("<!-- onnx-runner:", 1)[1]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_deploy_pages_onnx_runner_runs_without_torch_as_load_policy_acts(trained, tmp_path):
+    """The page's runner, run as written (its file name aside) with torch not importable, plays
+    its episodes; its policy, given the observations of a seeded episode, picks the actions
+    ``rltool.load_policy`` picks."""
+    run = trained("lstm")
     path = tmp_path / "lstm.onnx"
     assert main(["export", f"run={run}", "format=onnx", f"out={path}"]) == 0
-    # a meta-path finder that refuses torch: the script must run on numpy + onnxruntime alone
-    guard = (
-        "import sys, runpy\n"
-        "class NoTorch:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name.split('.')[0] == 'torch': raise ImportError('torch imported')\n"
-        "sys.meta_path.insert(0, NoTorch())\n"
-        f"sys.argv = ['run_exported.py', {str(path)!r}, '--episodes', '2']\n"
-        f"runpy.run_path({str(ROOT / 'scripts' / 'run_exported.py')!r}, run_name='__main__')\n"
+    code = page_runner().replace('"lstm.onnx"', repr(str(path)))
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=7)
+    observations = [obs.tolist()]
+    for _ in range(30):
+        obs, _, terminated, truncated, _ = env.step(int(env.action_space.sample()))
+        if terminated or truncated:
+            break
+        observations.append(obs.tolist())
+    check = (
+        "policy.reset()\n"
+        f"print('actions', [policy(o) for o in {observations!r}])\n"
         "assert not any(m.split('.')[0] == 'torch' for m in sys.modules)\n"
     )
     r = subprocess.run(
-        [sys.executable, "-c", guard], capture_output=True, text=True, env=cli_env(), timeout=120
+        [sys.executable, "-c", NO_TORCH + code + check],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=120,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.count("episode") == 2, r.stdout
+    assert r.stdout.count("episode") == 5, r.stdout
+    onnx_actions = json.loads(r.stdout.split("actions ", 1)[1])
+    policy, state = rltool.load_policy(run)
+    actions = []
+    for o in observations:
+        action, state = policy(np.asarray(o, np.float32), state)
+        actions.append(int(action))
+    assert onnx_actions == actions
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):

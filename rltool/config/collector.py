@@ -12,8 +12,9 @@ from rltool.config.fields import check, check_fields, choice, ranged
 class CollectorConfig:
     # frames per rollout, all envs together (T = this / num_envs): 8 envs x 32 steps
     frames_per_batch: int = ranged(256, ge=1)
-    # devices (cpu, cuda, cuda:N, mps); null = stay where it is (rltool.collectors.devices)
-    device: str | None = None  # env and policy together; not with env_device / policy_device
+    # the device (cpu, cuda, cuda:N, mps) of the env and the policy together; not with
+    # env_device / policy_device. For each: null = stay where it is (rltool.collectors.devices)
+    device: str | None = None
     env_device: str | None = None  # where the env's tensors live
     policy_device: str | None = None  # where the policy runs
     storing_device: str | None = None  # where rollouts are written (null: the env's device)
@@ -38,7 +39,9 @@ class BufferConfig:
     beta: float = ranged(0.4, ge=0, le=1)  # importance-weight exponent
     # sequence priority: eta * max + (1 - eta) * mean |td error|
     priority_eta: float = ranged(0.9, ge=0, le=1)
-    storage: str = choice("memory", ("memory", "memmap"))  # memory | memmap
+    # where the replay lives: memory = RAM, memmap = files on disk (buffer.path) for buffers
+    # larger than RAM
+    storage: str = choice("memory", ("memory", "memmap"))
     path: str | None = None  # memmap folder; null = <run dir>/replay, deleted at the end
 
     def __post_init__(self):

@@ -24,8 +24,9 @@ class DistributedConfig:
     # gradients all-reduced in buckets of this size (MB) as backward produces them, overlapping
     # the exchange with the rest of backward (as torch's DDP); null: one buffer after backward
     bucket_mb: float | None = ranged(None, gt=0, null="off")
-    # the one-buffer sum through /dev/shm where every rank is on this host and the gradients on
-    # the CPU (the same numbers, without gloo's sockets); off: gloo's all-reduce
+    # how gradients are summed: auto = through /dev/shm where every rank is on this host and the
+    # gradients on the CPU (the same numbers, without gloo's sockets), else all-reduce;
+    # off = always the backend's all-reduce
     shared_memory: str = choice("auto", ("auto", "off"))
 
     def __post_init__(self):

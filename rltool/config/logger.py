@@ -18,7 +18,7 @@ class WandbLoggerConfig:
     # online | offline | disabled; online falls back to offline without an API key or network
     # (never blocks)
     mode: str = choice("online", ("online", "offline", "disabled"))
-    project: str = "rltool"
+    project: str = "rltool"  # the wandb project the runs are logged to
     entity: str | None = None  # the wandb team or user; null: the account's default
     group: str | None = None  # null: the sweep folder in a multirun (one group per sweep)
     name: str | None = None  # null: the job's overrides in a multirun, else the run folder

@@ -16,9 +16,9 @@ class OptimConfig:
     max_grad_norm: float | None = ranged(0.5, gt=0, null=True)
     # steps with a non-finite loss or gradient are skipped; this many in a row stop the run
     max_nonfinite_steps: int = ranged(10, ge=1)
-    # Adam's fused kernel (CPU, CUDA; elsewhere foreach): ~3x faster steps, the same algorithm,
-    # but the last bit of its rounding differs, so a seed's run ends elsewhere than the published
-    # tables' (measured with foreach). Off until those populations are measured again with it.
+    # Adam's fused kernel (CPU, CUDA; elsewhere foreach): faster steps, the same algorithm with
+    # different last-bit rounding, so a seed's run differs from the published tables' (measured
+    # without it; docs/benchmarks/images-and-kernel-floor.md)
     fused: bool = False
 
     def __post_init__(self):

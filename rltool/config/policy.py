@@ -24,12 +24,16 @@ class PolicyConfig:
     shared_torso: bool = False  # critic shares the actor's torso (and RNN)
     # what the policy reads each step: observation, and prev_action / prev_reward (zero at is_init)
     inputs: list[str] = choice(None, INPUTS, each=True, factory=lambda: ["observation"])
-    recurrent_mode: str = choice("auto", ("auto", "sequential"))  # auto | sequential
-    activation: str = choice("tanh", ("tanh", "relu"))  # tanh | relu
+    # how a memory runs a loss's sequences: auto = the whole sequence at once (the memory's scan,
+    # where it has one), sequential = one step at a time as when acting (slower, the same maths)
+    recurrent_mode: str = choice("auto", ("auto", "sequential"))
+    # the MLP layers' nonlinearity: tanh (bounded) or relu
+    activation: str = choice("tanh", ("tanh", "relu"))
     init_log_std: float = 0.0  # Gaussian heads (continuous actions): the initial log std
     dueling: bool = False  # Q heads only: Q = V + A - mean(A)
-    # image observations: auto = the Nature CNN from 64 px up, a small 2x2 stack below
-    cnn: str = choice("auto", ("auto", "small", "nature"))  # auto | small | nature
+    # the image encoder: auto = nature from 64 px up, else small; small = a stack of 2x2
+    # convolutions for small grids (MiniGrid's 7x7); nature = the Nature DQN CNN (36 px and up)
+    cnn: str = choice("auto", ("auto", "small", "nature"))
     cnn_features: int = ranged(256, ge=1)  # the linear layer after the convolutions
     # symbolic images (env.image=symbolic): embedding width per channel
     embed_dim: int = ranged(8, ge=1)

@@ -26,8 +26,8 @@ SEED_WHY = "numpy's legacy seeding takes 32 bits"
 
 @dataclass
 class EvalConfig:
-    # null: 10,000, or total_frames // 5 when the budget is under 50,000 (at least 5 evaluations
-    # and the final one; runs of 50,000 frames or more evaluate as before)
+    # frames between periodic evaluations; null: 10,000, or total_frames // 5 when the budget is
+    # under 50,000 (at least 5 evaluations, then the final one)
     every_frames: int | None = ranged(None, ge=1, null=True)
     episodes: int = ranged(10, ge=1)  # each periodic evaluation
     final_episodes: int = ranged(50, ge=1)  # the final evaluation, at the end of the budget
@@ -71,9 +71,9 @@ class Config:
     seed: int = ranged(0, ge=0, lt=SEED_LIMIT, why=SEED_WHY)
     total_frames: int = ranged(100_000, ge=1)  # the budget: env steps of all envs together
     num_threads: int = ranged(1, ge=1)  # torch intra-op threads (1: fastest for these small models)
-    # torch.compile the acting step and the loss with its backward (rltool/run/compile.py), for
-    # policy=mlp; the compilation (~1 min on a CPU) counts in the run's time; a failure: one
-    # warning, eager
+    # torch.compile the acting step and the loss with its backward, for policy=mlp only (a
+    # memory is refused: docs/benchmarks/compiled.md); compiling counts in the run's time, and a
+    # failure falls back to eager with one warning
     compile: bool = False
 
     def __post_init__(self):

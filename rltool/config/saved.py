@@ -1,6 +1,6 @@
 """A saved run read back: its ``config.yaml`` straight into the schemas, and what a resume may
-change. The one way both ``rltool train resume=<run_dir>`` (:mod:`rltool.cli.resume_argv`) and
-``rltool.resume`` / ``rltool.saved_config`` (:mod:`rltool.api`) read a run's config."""
+change. The one way both ``rltool train resume=<run_dir>`` (``rltool.cli.resume_argv``) and
+``rltool.resume`` / ``rltool.saved_config`` (``rltool.api``) read a run's config."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def check_changes(keys: Iterable[str]) -> None:
 
 def read_saved(path: str | os.PathLike) -> dict:
     """A saved ``config.yaml`` as a plain dict in today's layout (older runs' memory keys
-    migrated, :func:`rltool.memories.migrate`); an unreadable file is a one-line UserError."""
+    migrated, ``rltool.memories.migrate``); an unreadable file is a one-line UserError."""
     from rltool import memories
 
     try:
@@ -62,7 +62,7 @@ def read_saved(path: str | os.PathLike) -> dict:
 
 
 def load(run_dir: str | os.PathLike) -> DictConfig:
-    """The run's ``config.yaml`` in the schemas (:class:`~rltool.config.Config`, the loss's by its
+    """The run's ``config.yaml`` in the schemas (``rltool.config.Config``, the loss's by its
     name): a typed node, every key the file lacks at the schema's default.
 
     Raises:
@@ -80,8 +80,26 @@ def load(run_dir: str | os.PathLike) -> DictConfig:
 
 
 def saved_config(run_dir: str | os.PathLike, *overrides: str) -> Config:
-    """The typed config of the run in ``run_dir`` (:func:`load`) with ``overrides``
-    (``key=value``) of the keys a resume may change (:func:`check_changes`)."""
+    """The typed config of the run in ``run_dir``, with overrides of the keys a resume may change.
+
+    Args:
+        run_dir (str | os.PathLike): The run folder (its ``config.yaml``).
+        *overrides (str): ``"key=value"`` of the keys a resume may change.
+
+    Returns:
+        rltool.config.Config: The saved config, every key it lacks at the schema's default.
+
+    Raises:
+        rltool.errors.UserError: No or an unreadable ``config.yaml``, or an override of a key a
+            resume may not change.
+        rltool.errors.ConfigError: A saved key this version does not know (naming the version
+            that wrote the file).
+
+    Example:
+        ```python
+        cfg = rltool.saved_config("runs/lstm", "total_frames=40000")
+        ```
+    """
     node = load(run_dir)
     check_changes(item.partition("=")[0] for item in overrides)
     return to_config(OmegaConf.merge(node, OmegaConf.from_dotlist(list(overrides))))

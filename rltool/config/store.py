@@ -105,8 +105,12 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 def compose(*overrides: str) -> Config:
     """The config ``rltool train <overrides>`` would run (``rltool.compose``): the same files,
-    the same checks; bad input raises :class:`~rltool.errors.ConfigError` (or Hydra's error for
-    an override that does not parse or names no option)."""
+    the same checks.
+
+    Raises:
+        ConfigError: Bad input (``rltool.errors``); Hydra's own error for an override that does
+            not parse or names no option.
+    """
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra

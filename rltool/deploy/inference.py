@@ -1,7 +1,7 @@
 """A trained policy outside training: ``policy, state = rltool.load_policy(run_dir)``.
 
 The policy comes back in eval + exploit mode with the run's frozen observation normalisation; it
-takes raw env observations and returns env-ready actions, carrying its recurrent state::
+takes raw env observations and returns env-ready actions, carrying its recurrent state:
 
     policy, state = rltool.load_policy("outputs/2026-12-02/10-11-12")
     obs, _ = env.reset(seed=0)
@@ -48,7 +48,7 @@ def _typed(schema, node: dict):
 class Restored:
     """A checkpoint turned back into objects: the configs, the policy (exploit, eval), the
     frozen observation normaliser (or None) and the env's record (specs, converter, mask source,
-    action map: :class:`~rltool.envs.record.EnvRecord`)."""
+    action map: ``rltool.envs.record.EnvRecord``)."""
 
     env_cfg: EnvConfig
     policy_cfg: PolicyConfig
@@ -102,7 +102,7 @@ def checkpoint_path(run_dir, checkpoint: str | None = None) -> Path:
 
 def restore(run_dir, checkpoint: str | None = None) -> Restored:
     """Rebuilds the policy of the run in ``run_dir`` from its (latest or named) checkpoint,
-    loaded with ``weights_only=True`` (:func:`rltool.run.checkpoint.load`). The run's own
+    loaded with ``weights_only=True`` (``rltool.run.checkpoint.load``). The run's own
     ``config.yaml`` is trusted, not the file: a checkpoint written with another env, policy or
     algorithm (a file copied in from another run) is refused, as a resume refuses it. No env is
     built where the checkpoint holds the env's record (``env``, written by every checkpoint now);
@@ -146,7 +146,7 @@ def env_record(body: dict, env_cfg: EnvConfig) -> EnvRecord:
 
 def _check_run(run_dir: Path, config: dict, path: Path) -> None:
     """Refuses checkpoint ``path`` when its ``config`` differs from the run's ``config.yaml``
-    in a key a resume may not change (:func:`rltool.run.checkpoint.check_config`)."""
+    in a key a resume may not change (``rltool.run.checkpoint.check_config``)."""
     own = layout.RunFolder(run_dir).config
     if not own.is_file():  # a folder of checkpoints only: nothing to check against
         return
@@ -157,10 +157,17 @@ def _check_run(run_dir: Path, config: dict, path: Path) -> None:
 class LoadedPolicy:
     """Raw observation(s) -> env-ready action(s), with the recurrent state passed in and out.
 
-    ``observation``: one observation, or a batch [B, ...]. ``reward``: the reward that came with
-    this observation (only read by policies with ``prev_reward`` inputs; None at an episode's
-    start). ``action_mask`` / ``info`` / ``env``: where a masked policy's mask comes from (see the
-    module docstring). ``module`` is the torch policy (eval, exploit)."""
+    What ``rltool.load_policy`` returns. Call it as ``action, state = policy(obs, state)``.
+
+    Attributes:
+        module (torch.nn.Module): The torch policy (eval, exploit mode).
+
+    Example:
+        ```python
+        state = policy.initial_state()  # at every env.reset
+        action, state = policy(obs, state)
+        ```
+    """
 
     def __init__(self, restored: Restored):
         self.restored, self.module = restored, restored.policy
@@ -169,7 +176,14 @@ class LoadedPolicy:
         self.action_map = record.action_map()
 
     def initial_state(self, batch_size: int = 1) -> dict[str, torch.Tensor]:
-        """Zeros for the recurrent state (and the previous action / reward inputs)."""
+        """Zeros for the recurrent state (and the previous action / reward inputs).
+
+        Args:
+            batch_size (int): The number of envs ``B`` the state is for.
+
+        Returns:
+            dict[str, torch.Tensor]: The state keys' zeros, each ``[B, ...]``.
+        """
         return {
             k: s.zeros(batch_size)
             for k, s in {**self.module.state_specs, **self.module.input_specs}.items()
@@ -179,6 +193,28 @@ class LoadedPolicy:
     def __call__(
         self, observation, state: dict, reward=None, *, action_mask=None, info=None, env=None
     ):
+        """One step: the greedy action for ``observation`` and the state after it.
+
+        Args:
+            observation: One raw env observation, or a batch ``[B, ...]`` (a dict / tuple for a
+                Dict / Tuple space, as the env gives it).
+            state (dict[str, torch.Tensor]): The state before the step, from
+                ``initial_state(B)`` or the last call.
+            reward (float | array | None): The reward that came with this observation; read
+                only by policies with ``prev_reward`` inputs (None at an episode's start).
+            action_mask (array | None): ``[n]`` or ``[B, n]`` valid actions (bool or 0 / 1),
+                overriding the mask source training used.
+            info (dict | None): The reset / step info, where the mask is ``info:<key>``.
+            env (gymnasium.Env | None): The env, where the mask is ``method:<name>``.
+
+        Returns:
+            tuple: ``(action, state)``: the env action (one, or ``[B, ...]`` for a batch) as
+                numpy, and the state after the step.
+
+        Raises:
+            rltool.errors.UserError: A state for another batch size, an observation of the
+                wrong shape, or a mask that does not fit.
+        """
         one = self.convert.batch_one(observation)  # None when already a batch
         single = one is not None
         raw = one if single else observation
@@ -225,7 +261,28 @@ class LoadedPolicy:
 
 
 def load_policy(run_dir, checkpoint: str | None = None) -> tuple[LoadedPolicy, dict]:
-    """The run's policy (latest or named checkpoint; ``"best"``: the best evaluation's) in
-    exploit mode, and its initial state for one env."""
+    """The run's trained policy, for your own loop, and its initial state for one env.
+
+    The policy is in exploit (greedy) mode with the run's frozen observation normalisation: raw
+    observation in, env action out.
+
+    Args:
+        run_dir (str | Path): The run folder.
+        checkpoint (str | None): The latest when None; ``"best"`` (the best evaluation's), a
+            file name or a frame count.
+
+    Returns:
+        tuple[LoadedPolicy, dict]: The policy and its initial state (``policy.initial_state(1)``).
+
+    Raises:
+        rltool.errors.UserError: No run folder or checkpoint there, or a checkpoint that holds
+            pickled objects (checkpoints load with ``weights_only=True``).
+
+    Example:
+        ```python
+        policy, state = rltool.load_policy("runs/lstm", checkpoint="best")
+        action, state = policy(obs, state)
+        ```
+    """
     policy = LoadedPolicy(restore(Path(run_dir), checkpoint))
     return policy, policy.initial_state(1)

@@ -15,18 +15,19 @@ class DQNConfig:
     ``conf/tuned/<env>_<policy>_dqn.yaml``)."""
 
     name: str = "dqn"  # the algorithm (set by loss=dqn)
-    # 0.99: Q climbed past 1/(1-gamma) = 100 (to 156), the greedy policy fell
+    # the discount (0.98, not 0.99: docs/notes/dqn-targets.md)
     gamma: float = ranged(0.98, ge=0, le=1)
-    # 3-step targets: with 1-step ones the final greedy policy drifted off the track on half of
-    # the tuning seeds, its Q near 1/(1-gamma) all the way to the edge (the end is past the
-    # horizon of one bootstrap); 3 steps carry the edge's terminal back faster, with less bias
-    # from Q itself (docs/notes/dqn-targets.md). n-step returns are cut at episode ends and at
-    # the end of a sequence.
+    # steps of reward before the target bootstraps from Q, cut at episode and sequence ends
+    # (3, not 1: docs/notes/dqn-targets.md)
     n_steps: int = ranged(3, ge=1)
-    double_dqn: bool = True  # the max of a wide net's noisy Q overestimates (Q passed 1/(1-gamma))
-    loss_function: str = choice("smooth_l1", ("l2", "smooth_l1"))  # l2 | smooth_l1
+    # the target's action is chosen by the online net and valued by the target net, against
+    # the overestimate of a plain max
+    double_dqn: bool = True
+    # the TD error's penalty: l2 = squared, smooth_l1 = Huber (squared within 1, linear beyond)
+    loss_function: str = choice("smooth_l1", ("l2", "smooth_l1"))
     reduction: str = loss_reduction()  # mean | sum over the batch
-    # hard (copy every target_update_every updates) | soft (tau)
+    # how the target net follows the online one: hard = a copy every target_update_every
+    # updates, soft = a tau-weighted average after each update
     target_update: str = choice("hard", ("hard", "soft"))
     target_update_every: int = ranged(64, ge=1)  # one copy per collected batch of updates
     # target_update=soft: target <- tau * online + (1 - tau) * target
@@ -35,8 +36,7 @@ class DQNConfig:
     warmup_frames: int = ranged(1000, ge=0)  # frames collected before the first update
     # epsilon-greedy, linear from eps_start to eps_end over eps_frames
     eps_start: float = ranged(1.0, ge=0, le=1)
-    # 0.1, not rl-zoo's 0.04: on tuning seeds 230-249 19 of 20 ended >= 450 (0.04: 18, min 328),
-    # on the population 19 of 20 (0.04: 16); why: docs/notes/dqn-epsilon.md
+    # the final epsilon (0.1, not rl-zoo's 0.04: docs/notes/dqn-epsilon.md)
     eps_end: float = ranged(0.1, ge=0, le=1)
     eps_frames: int = ranged(8000, ge=1)  # frames over which epsilon anneals
 

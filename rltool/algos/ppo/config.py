@@ -34,7 +34,9 @@ class PPOConfig:
     num_minibatches: int = ranged(1, ge=1)  # per epoch; recurrent policies split the env columns
     # stop a batch's epochs once approx_kl > 1.5x this; null = off
     target_kl: float | None = ranged(None, gt=0, null=True)
-    sampler: str = choice("auto", ("auto", "steps", "sequences"))  # auto | steps | sequences
+    # how a rollout splits into minibatches: steps = shuffled single steps (stateless policies),
+    # sequences = whole env columns (needed by a memory), auto = sequences for a memory, else steps
+    sampler: str = choice("auto", ("auto", "steps", "sequences"))
     # before each epoch after the first, each env column's state at t=0 is recomputed with the
     # current parameters by re-running the memory over the previous rollout (recurrent policies;
     # docs/how-to/refresh-states.md)
