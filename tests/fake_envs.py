@@ -6,6 +6,11 @@ reward 1 + action; terminates when t == terminate_at (if set); truncation comes 
 
 from __future__ import annotations
 
+import faulthandler
+import os
+import signal
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -153,17 +158,44 @@ class FaultyEnv(gym.Env):
     "dir": t % 3} when ``dict_obs``), reward 1. At step ``at`` of its first episode the env
     goes wrong by ``fault``: ``raise`` (RuntimeError('boom') from step()), ``nan_reward``,
     ``inf_obs`` (position[1] = inf), ``shape`` (an observation of 3 values), ``bounds`` (t beyond
-    the declared high of 1e6), or ``none`` (never ends). Only the env first reset with seed
-    ``only_seed`` (the vector index for a run of seed 0) when that is set."""
+    the declared high of 1e6), ``exit`` (the process exits with code 3), ``kill`` / ``segv``
+    (the process kills itself with SIGKILL / SIGSEGV), ``hang`` (step() never returns), or
+    ``none`` (never ends). Only the env first reset with seed ``only_seed`` (the vector index for
+    a run of seed 0) when that is set, and only envs first reset with a seed >= ``min_seed``
+    (1_000_000: the eval envs). ``in_reset``: the first episode ends (terminated) at step ``at``
+    and the reset that follows goes wrong instead (``nan_reward``: an inf observation there).
+    ``once``: a file made when the fault fires, which stops it from firing again (a resume)."""
 
-    def __init__(self, fault="none", at=5, only_seed=None, dict_obs=False):
+    def __init__(
+        self,
+        fault="none",
+        at=5,
+        only_seed=None,
+        dict_obs=False,
+        in_reset=False,
+        min_seed=0,
+        once=None,
+    ):
         box = gym.spaces.Box(-1e6, 1e6, (2,), np.float32)
         self.observation_space = (
             gym.spaces.Dict({"position": box, "dir": gym.spaces.Discrete(3)}) if dict_obs else box
         )
         self.action_space = gym.spaces.Discrete(2)
         self.fault, self.at, self.only_seed, self.dict_obs = fault, at, only_seed, dict_obs
+        self.in_reset, self.min_seed, self.once = in_reset, min_seed, once
         self.t, self.k, self.seed = 0, -1, None
+
+    def _fires(self, episode: int) -> bool:
+        """Whether the fault fires now, in episode ``episode`` (0: the first)."""
+        mine = self.only_seed is None or self.seed == self.only_seed
+        mine &= (self.seed or 0) >= self.min_seed and self.k == episode
+        if not mine or (self.once and os.path.exists(self.once)):
+            return False
+        if self.once:
+            open(self.once, "w").close()
+        if self.fault in ("exit", "kill", "segv", "hang"):
+            _die(self.fault)
+        return True
 
     def _obs(self, pos):
         return {"position": pos, "dir": self.t % 3} if self.dict_obs else pos
@@ -172,24 +204,44 @@ class FaultyEnv(gym.Env):
         super().reset(seed=seed)
         self.seed = seed if self.seed is None else self.seed
         self.t, self.k = 0, self.k + 1
-        return self._obs(np.array([self.t, self.k], np.float32)), {}
+        pos = np.array([self.t, self.k], np.float32)
+        if self.in_reset and self._fires(1):
+            if self.fault == "raise":
+                raise RuntimeError("boom")
+            pos = self._broken("inf_obs" if self.fault == "nan_reward" else self.fault, pos)
+        return self._obs(pos), {}
+
+    def _broken(self, fault, pos):
+        if fault == "inf_obs":
+            pos[1] = np.inf
+        if fault == "shape":
+            pos = np.zeros(3, np.float32)
+        if fault == "bounds":
+            pos[0] = 2e6
+        return pos
 
     def step(self, action):
         self.t += 1
         pos, reward = np.array([self.t, self.k], np.float32), 1.0
-        broken = self.t == self.at and self.k == 0
-        broken &= self.only_seed is None or self.seed == self.only_seed
+        if self.in_reset:
+            return self._obs(pos), reward, self.t == self.at and self.k == 0, False, {}
+        broken = self.t == self.at and self._fires(0)
         if broken and self.fault == "raise":
             raise RuntimeError("boom")
         if broken and self.fault == "nan_reward":
             reward = float("nan")
-        if broken and self.fault == "inf_obs":
-            pos[1] = np.inf
-        if broken and self.fault == "shape":
-            pos = np.zeros(3, np.float32)
-        if broken and self.fault == "bounds":
-            pos[0] = 2e6
+        pos = self._broken(self.fault, pos) if broken else pos
         return self._obs(pos), reward, False, False, {}
+
+
+def _die(how: str) -> None:
+    """The process this env runs in dies or hangs (an async worker; or rltool itself)."""
+    if how == "exit":
+        os._exit(3)
+    if how == "hang":
+        time.sleep(3600)
+    faulthandler.disable()  # pytest's dump of this worker's stack: noise in the test's output
+    os.kill(os.getpid(), signal.SIGKILL if how == "kill" else signal.SIGSEGV)
 
 
 class MaskedEnv(gym.Env):

@@ -5,10 +5,12 @@ the cause; the latest checkpoint survives a run whose env breaks."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import make_cfg
+from conftest import cli_env, make_cfg
 
 import rltool
 from rltool.config import EnvConfig
@@ -64,6 +66,64 @@ def test_async_workers_faults_name_the_worker_and_print_nothing(env_id, capfd):
     assert capfd.readouterr().err == ""  # gymnasium's worker traceback: a note of the cause
     if env_id == "FakeBoom-v0":
         assert "boom" in info.value.__cause__.__notes__[0]
+
+
+@pytest.mark.parametrize(
+    ("fault", "how"),
+    [
+        ("exit", "exited with code 3"),
+        ("kill", r"was killed by signal 9 \(SIGKILL, as the out-of-memory killer does\)"),
+        ("segv", r"was killed by signal 11 \(SIGSEGV, a crash\)"),
+    ],
+)
+def test_an_async_worker_that_dies_is_the_envs_fault(fault, how, capfd):
+    cfg = EnvConfig(id="FakeBoom-v0", num_envs=3, kwargs={"fault": fault, "only_seed": 1})
+    env = make_env(cfg, backend="async")
+    with pytest.raises(
+        EnvError, match=rf"^env FakeBoom-v0, env 1, step 5: its worker process {how}"
+    ):
+        steps(env, 10)
+    procs = env.vec_env.processes
+    env.close()  # at once, and nothing from __del__ later
+    del env
+    assert all(p.exitcode is not None for p in procs)  # none left behind
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("backend", ["async", "sync"])
+def test_a_step_that_hangs_past_env_step_timeout_s_is_the_envs_fault(backend):
+    cfg = EnvConfig(
+        id="FakeBoom-v0", num_envs=2, kwargs={"fault": "hang", "only_seed": 1}, step_timeout_s=1
+    )
+    if backend == "sync":  # the watchdog ends the process (the main thread is stuck): a child
+        code = "import fake_envs, test_env_faults as t; t.hang_sync()"
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=cli_env(), capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == EXIT_ENV, done.stderr
+        what = (
+            "env FakeBoom-v0, env 1, step 5: step() did not return within 1 s (env.step_timeout_s)"
+        )
+        assert done.stderr.strip() == f"rltool: error: {what}"
+        return
+    env = make_env(cfg, backend="async")
+    with pytest.raises(EnvError, match=r"^env FakeBoom-v0, env 1, step 5: step\(\) did not return"):
+        steps(env, 10)
+    procs = env.vec_env.processes
+    env.close()
+    assert all(p.exitcode is not None for p in procs)
+
+
+def hang_sync() -> None:
+    cfg = EnvConfig(
+        id="FakeBoom-v0", num_envs=2, kwargs={"fault": "hang", "only_seed": 1}, step_timeout_s=1
+    )
+    steps(make_env(cfg), 10)
+
+
+def test_env_step_timeout_s_is_validated():
+    with pytest.raises(ConfigError, match="env.step_timeout_s"):
+        EnvConfig(step_timeout_s=0)
 
 
 def test_a_fault_in_reset_says_reset():

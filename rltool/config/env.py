@@ -50,6 +50,9 @@ class EnvConfig:
     # auto = the first reset and 100 vector steps, always = every step, never; NaN / inf in an
     # observation or a reward is always caught (rltool/envs/faults.py)
     check: str = choice("auto", ("auto", "always", "never"))
+    # seconds a reset / step of the vector env may take before the run stops with exit 4 naming
+    # the env (a hang); null: no limit (a signal still ends a stuck env: docs/reference/exit-codes)
+    step_timeout_s: float | None = ranged(None, gt=0, null=True)
     # valid actions each step: auto (an action_mask Dict entry, an action_masks() method or
     # info["action_mask"]; none found: every action valid) | obs:<entry> | info:<key> |
     # method:<name> | none (ignored)

@@ -216,6 +216,7 @@ def make_env(
         symbolic=symbolic,
         env_id=label,
         check=cfg.check,
+        step_timeout_s=cfg.step_timeout_s,
         action_mask=source,
     )
     env.set_training(training)

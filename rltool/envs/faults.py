@@ -7,6 +7,8 @@
   VectorEnv's vector steps, 1-based) and the original exception, kept as ``__cause__``;
 - NaN / inf in the reward or a float observation entry is always caught: one ``isfinite().all()``
   per step over the batch for each; which env and entry is looked for only on a failure;
+- a process fault (an async worker that dies) or a call that does not return within
+  ``env.step_timeout_s`` is the env's too (:mod:`rltool.envs.workers`);
 - ``env.check`` adds the full check of each observation against the declared space
   (``space.contains``: shape, bounds, Discrete range): ``always`` every step, ``never``, or
   ``auto``: the first reset and the first :data:`AUTO_STEPS` vector steps (a space the env does
@@ -16,12 +18,15 @@
 from __future__ import annotations
 
 import math
+import multiprocessing
+import time
 import warnings
 
 import gymnasium as gym
 import numpy as np
 import torch
 
+from rltool.envs import workers
 from rltool.errors import EnvError
 from rltool.specs import VECTOR, CompositeSpec, Spec
 
@@ -45,7 +50,14 @@ def _can_be_nan(spec: Spec) -> bool:
 class EnvGuard:
     """Checks of one vector env's results; :meth:`error` builds the one-line EnvError."""
 
-    def __init__(self, vec_env, env_id: str, check: str, obs_spec: Spec | CompositeSpec):
+    def __init__(
+        self,
+        vec_env,
+        env_id: str,
+        check: str,
+        obs_spec: Spec | CompositeSpec,
+        timeout_s: float | None = None,
+    ):
         if check not in CHECK_MODES:
             raise ValueError(f"check={check!r}: choose one of {', '.join(CHECK_MODES)}")
         self.vec_env, self.env_id, self.check = vec_env, env_id, check
@@ -53,7 +65,15 @@ class EnvGuard:
         self.full_until = {"always": math.inf, "auto": AUTO_STEPS, "never": 0}[check]
         self.floats = float_entries(obs_spec)
         self.steps = 0  # vector steps taken (the step being taken, while in it)
-        self._async = isinstance(vec_env, gym.vector.AsyncVectorEnv)
+        self.is_async = isinstance(vec_env, gym.vector.AsyncVectorEnv)
+        # the call into the env in progress (its name, its start on the monotonic clock; None:
+        # none), read by the watchdogs of rltool/envs/workers.py from other threads
+        self.calling, self.since = "step", None
+        self.timeout_s, self.broken = timeout_s, False  # broken: a worker died or hangs
+        self.watchdog = None
+        if timeout_s is not None and not self.is_async:
+            self.watchdog = workers.Watchdog(self, timeout_s)
+        workers.LIVE.add(self)
 
     def error(self, what: str, index: int | None = None, cause=None) -> EnvError:
         where = f"env {self.env_id}" + (f", env {index}" if index is not None else "")
@@ -66,13 +86,14 @@ class EnvGuard:
         """``fn(*args, **kwargs)`` (the vector env's ``name``: "step" / "reset"); what it raises
         is an EnvError. AsyncVectorEnv logs a dead worker's traceback as warnings before it
         re-raises: they become a note of the cause (shown by --debug), not lines on stderr."""
+        self.calling, self.since = name, time.monotonic()
         try:
-            if not self._async:
+            if not self.is_async:
                 return fn(*args, **kwargs)
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 try:
-                    out = fn(*args, **kwargs)
+                    out = self._async_call(name, fn, args, kwargs)
                 except Exception as e:
                     e.add_note("\n".join(str(w.message) for w in caught))
                     raise
@@ -81,9 +102,57 @@ class EnvGuard:
             return out
         except Exception as e:  # noqa: BLE001 - the user's env: reported as its fault
             raise self.raised(e, name) from e
+        finally:
+            self.since = None
+
+    def _async_call(self, name: str, fn, args, kwargs):
+        """``fn(*args, **kwargs)``; within ``timeout_s`` where set (gymnasium's async / wait)."""
+        if self.timeout_s is None:
+            return fn(*args, **kwargs)
+        if name == "step":
+            self.vec_env.step_async(*args)
+            return self.vec_env.step_wait(timeout=self.timeout_s)
+        self.vec_env.reset_async(**kwargs)
+        return self.vec_env.reset_wait(timeout=self.timeout_s)
+
+    def hang_text(self, call: str) -> str:
+        return f"{call}() did not return within {self.timeout_s:g} s (env.step_timeout_s)"
+
+    def _process_fault(self, exc: Exception, call: str) -> EnvError | None:
+        """The EnvError of a worker that died or hangs (the vector env is then shut down)."""
+        if not self.is_async:
+            return None
+        if isinstance(exc, multiprocessing.TimeoutError):
+            found = (workers.silent(self.vec_env), self.hang_text(call))
+        elif isinstance(exc, EOFError | BrokenPipeError | ConnectionResetError) and not any(
+            p is None
+            for p in self.vec_env.parent_pipes  # None: a worker whose env raised
+        ):  # a pipe whose other end is gone
+            died = workers.death(self.vec_env)
+            found = died and (died[0], f"its worker process {died[1]} in {call}()")
+        else:
+            return None
+        if not found:
+            return None
+        self.broken = True
+        workers.shutdown(self.vec_env)
+        return self.error(found[1], found[0], exc)
+
+    def close(self) -> None:
+        """Closes the vector env: at once where a worker died, hangs or a call was cut short."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        workers.LIVE.discard(self)
+        if self.is_async and (self.broken or self.since is not None or _pending(self.vec_env)):
+            workers.shutdown(self.vec_env)
+        else:
+            self.vec_env.close()
 
     def raised(self, exc: Exception, call: str) -> EnvError:
         """The EnvError for ``exc`` raised by the vector env's ``call`` ("step" / "reset")."""
+        fault = self._process_fault(exc, call)
+        if fault is not None:
+            return fault
         frame, inner = _vector_frames(exc, self.vec_env)
         if _is_batching(exc, frame):  # gymnasium could not batch the observations: one is off
             found = self._off_space_rows(getattr(self.vec_env, "_env_obs", None))
@@ -229,6 +298,12 @@ def _dead_worker(vec_env) -> int | None:
     pipes = getattr(vec_env, "parent_pipes", None)
     dead = [i for i, p in enumerate(pipes or ()) if p is None]
     return dead[0] if dead else None
+
+
+def _pending(vec_env) -> bool:
+    """Whether an async vector env waits on a call's answers (a step cut short by a signal)."""
+    state = getattr(vec_env, "_state", None)
+    return state is not None and getattr(state, "value", None) not in (None, "default")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -54,9 +54,10 @@ def observation_spec(
 class VectorEnv:
     """TensorDict env over a gymnasium vector env (which must use SAME_STEP autoreset). What
     goes wrong inside the env is an :class:`~rltool.errors.EnvError` naming ``env_id``; ``check``
-    is ``env.check`` (see :mod:`rltool.envs.faults`). ``action_mask``: where the env's action
-    masks come from (:mod:`rltool.envs.masks`), or None: ``action_mask`` / ``next_action_mask``
-    hold the root's and the step's next masks [B, n] bool."""
+    is ``env.check``, ``step_timeout_s`` ``env.step_timeout_s`` (see :mod:`rltool.envs.faults`).
+    ``action_mask``: where the env's action masks come from (:mod:`rltool.envs.masks`), or None:
+    ``action_mask`` / ``next_action_mask`` hold the root's and the step's next masks [B, n]
+    bool."""
 
     def __init__(
         self,
@@ -70,6 +71,7 @@ class VectorEnv:
         env_id: str | None = None,
         check: str = "auto",
         action_mask: MaskSource | None = None,
+        step_timeout_s: float | None = None,
     ):
         self.vec_env, self.num_envs = vec_env, vec_env.num_envs
         space = vec_env.single_observation_space
@@ -82,7 +84,7 @@ class VectorEnv:
         obs = self.specs.observation
         self.action_mask = self.next_action_mask = None
         env_id = env_id or getattr(getattr(vec_env, "spec", None), "id", None) or "?"
-        self.guard = EnvGuard(vec_env, env_id, check, obs)
+        self.guard = EnvGuard(vec_env, env_id, check, obs, step_timeout_s)
         self.time_limit: int | None = None  # the env's own episode cap, where known (factory)
         self.obs_norm, self.reward_scaler = obs_norm, reward_scaler
         self.device = torch.device(device)
@@ -268,4 +270,4 @@ class VectorEnv:
             self.reward_scaler.set_returns(state["reward_return"])
 
     def close(self) -> None:
-        self.vec_env.close()
+        self.guard.close()

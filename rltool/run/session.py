@@ -31,7 +31,15 @@ import torch
 from omegaconf import OmegaConf
 
 from rltool import memories
-from rltool.errors import EXIT_DIVERGED, EXIT_PREEMPTED, RunStopped, UserError, warn
+from rltool.envs.workers import StuckWatch
+from rltool.errors import (
+    EXIT_DIVERGED,
+    EXIT_INTERRUPTED,
+    EXIT_PREEMPTED,
+    RunStopped,
+    UserError,
+    warn,
+)
 from rltool.run import checkpoint as ckpt
 from rltool.runfolder import layout
 from rltool.runfolder.writes import write_text
@@ -169,6 +177,7 @@ class Session:
         self.stop_signal: int | None = None
         self.finished = finished  # resumed at its budget already: nothing to train
         self._old_handlers: dict = {}
+        self._stuck: StuckWatch | None = None
         if not finished:
             self._install_signals()
 
@@ -304,7 +313,8 @@ class Session:
         """SIGTERM / SIGINT: finish the iteration, checkpoint, stop (exit 75); a second one
         exits at once (128 + signal number) and leaves the last checkpoint as it is (a rank of
         several ignores one within ECHO_S s: Slurm signals the launcher and the ranks alike,
-        and the launcher forwards it)."""
+        and the launcher forwards it). An env call still running GRACE_S s after the first ends
+        the process (75 for SIGTERM, 130 for SIGINT; :class:`~rltool.envs.workers.StuckWatch`)."""
         self._old_handlers = {}
         if threading.current_thread() is not threading.main_thread():
             return
@@ -325,12 +335,21 @@ class Session:
 
         for s in (signal.SIGTERM, signal.SIGINT):
             self._old_handlers[s] = signal.signal(s, handler)
+        # an env stuck in reset / step never finishes the update: ended within a bound instead
+        codes = {signal.SIGTERM: EXIT_PREEMPTED, signal.SIGINT: EXIT_INTERRUPTED}
+        tail = "exiting now; the latest checkpoint is kept; continue with: rltool train " + (
+            shlex.quote(f"resume={self.run_dir}")
+        )
+        self._stuck = StuckWatch(codes, tail)
 
     def close(self) -> None:
         """Gives the signals back to their previous handlers."""
         for s, h in self._old_handlers.items():
             signal.signal(s, h)
         self._old_handlers = {}
+        if self._stuck is not None:
+            self._stuck.close()
+            self._stuck = None
 
 
 def progress(c: Counters, frames: int) -> float:
