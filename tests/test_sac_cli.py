@@ -4,11 +4,18 @@ rows as a straight one."""
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 
+import gymnasium as gym
+import numpy as np
 import pytest
 from conftest import TINY_EVAL, metric_rows, start_cli
+from test_export import _meta, _onnx_step
 
+from rltool.deploy.export import export_policy
+from rltool.deploy.inference import load_policy
 from rltool.run import checkpoint as ckpt
 
 # recurrent SAC, tiny: 100 frames per batch, 5 updates on 4 windows of 8 (2 of burn-in)
@@ -65,11 +72,18 @@ def rltool(*args, env=None):
     return proc.returncode, err
 
 
-def test_gru_sac_stopped_and_resumed_matches_the_straight_run(tmp_path):
-    straight_dir, run_dir = tmp_path / "straight", tmp_path / "run"
-    code, err = rltool(*SAC_GRU, f"hydra.run.dir={straight_dir}")
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> Path:
+    """The tiny recurrent SAC run, never stopped."""
+    run_dir = tmp_path_factory.mktemp("straight") / "run"
+    code, err = rltool(*SAC_GRU, f"hydra.run.dir={run_dir}")
     assert code == 0, err
-    rows = metric_rows(straight_dir)
+    return run_dir
+
+
+def test_gru_sac_stopped_and_resumed_matches_the_straight_run(straight, tmp_path):
+    run_dir = tmp_path / "run"
+    rows = metric_rows(straight)
     assert [r["frames"] for r in rows] == ["100", "200", "300", "400", "500"]
     assert all(r["updates"] == "5" for r in rows) and float(rows[-1]["alpha"]) != 0.01
     # killed while writing its 2nd checkpoint (400 frames): resumed from 200
@@ -84,3 +98,24 @@ def test_gru_sac_stopped_and_resumed_matches_the_straight_run(tmp_path):
     code, err = rltool(f"resume={run_dir}")
     assert code == 0, err
     assert metric_rows(run_dir) == rows
+
+
+def test_export_carries_the_actor_alone_and_acts_as_load_policy(straight, tmp_path):
+    """The exported step: the greedy (scaled tanh of the mean) action of load_policy, from the
+    actor's state only (no critic memory in the file)."""
+    path = export_policy(straight, "onnx", out=tmp_path / "policy.onnx")
+    names = [r["name"] for r in json.loads(_meta(path))["inputs"]]
+    assert not [n for n in names if "critic" in n] and any("state" in n for n in names)
+    step, (policy, ref) = _onnx_step(path), load_policy(straight)
+    env = gym.make("Pendulum-v1")
+    obs = env.reset(seed=0)[0]
+    state = {k: np.zeros_like(v.numpy()) for k, v in ref.items() if k in names}
+    is_init, reward = np.ones((1, 1), bool), np.zeros((1, 1), np.float32)
+    for _ in range(20):
+        action, ref = policy(obs[None], ref, reward=reward)
+        feed = {**state, "observation": obs[None], "is_init": is_init, "prev_reward": reward}
+        out = step({k: v for k, v in feed.items() if k in names})
+        np.testing.assert_allclose(out["action"], action, rtol=1e-5, atol=1e-5)
+        state = {k[len("next_") :]: v for k, v in out.items() if k.startswith("next_")}
+        obs, r, *_ = env.step(action[0])
+        is_init, reward = np.zeros((1, 1), bool), np.full((1, 1), r, np.float32)

@@ -188,6 +188,12 @@ class ActorCritic(nn.Module):
         return {k: s for t in self.torsos for k, s in t.state_specs.items()}
 
     @property
+    def export_state_specs(self) -> dict[str, Spec]:
+        """The state the exported step carries: SAC's actor's alone (its critics act in no
+        step of a deployed policy); every torso's otherwise."""
+        return self.actor_torso.state_specs if self.is_sac else self.state_specs
+
+    @property
     def input_specs(self) -> dict[str, Spec]:
         """Inputs besides the observation that the collector derives (zero at episode starts)."""
         out = {}
@@ -221,7 +227,7 @@ class ActorCritic(nn.Module):
 
     def _heads(self, inputs, state, is_init, time_dim, need_states, export=False):
         x = self.encode(inputs)
-        torsos = self.torsos
+        torsos = self.torsos if not (export and self.is_sac) else [self.actor_torso]
         if time_dim and len(torsos) > 1:  # a sequence: the two memories may share one loop
             (feat, nxt), (cfeat, cnxt) = Torso.run_many(torsos, x, state, is_init, need_states)
         else:
