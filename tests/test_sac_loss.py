@@ -17,6 +17,7 @@ from torch.distributions import (
 )
 
 from rltool import keys as K
+from rltool import memories
 from rltool.config import PolicyConfig
 from rltool.errors import ConfigError
 from rltool.losses import SACLoss
@@ -225,3 +226,24 @@ def test_burn_in_steps_only_warm_the_memories():
     plain = SACLoss(p, burn_in=0)
     torch.manual_seed(3)
     torch.testing.assert_close(plain.loss_qvalue(rest), warm)
+
+
+@pytest.mark.parametrize("kind", memories.kinds())
+def test_every_memory_trains_with_sac(kind):
+    """Each memory (and the MLP) as the actor's and the critics' torsos: finite terms, a
+    gradient for every parameter, the two memories' states separate."""
+    inputs = ["observation", "prev_action", "prev_reward"]
+    p = make_policy(PolicyConfig(kind=kind, hidden_size=8, inputs=inputs), SPECS, heads=HEADS)
+    td = window(T=6)
+    for k, s in p.state_specs.items():
+        td.set(k, s.zeros(*td.shape))
+    td.set(K.PREV_ACTION, torch.zeros(6, 3, 2))
+    td.set(K.PREV_REWARD, torch.zeros(6, 3, 1))
+    loss = SACLoss(p, burn_in=0 if kind == "mlp" else 2)
+    out = loss(td)
+    total = sum(v for k, v in out.items() if k.startswith("loss_"))
+    assert torch.isfinite(total)
+    total.backward()
+    assert all(x.grad is not None for x in p.parameters())
+    critic = set(p.critic_torso.state_specs)
+    assert critic.isdisjoint(p.actor_torso.state_specs) and (kind == "mlp") != bool(critic)
