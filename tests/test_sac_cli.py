@@ -119,3 +119,23 @@ def test_export_carries_the_actor_alone_and_acts_as_load_policy(straight, tmp_pa
         state = {k[len("next_") :]: v for k, v in out.items() if k.startswith("next_")}
         obs, r, *_ = env.step(action[0])
         is_init, reward = np.zeros((1, 1), bool), np.full((1, 1), r, np.float32)
+
+
+@pytest.mark.slow  # ~2 min on 2 busy cores
+def test_mlp_sac_learns_the_fully_observed_pendulum(tmp_path):
+    """A learning check of the loss itself (not of memory): the tuned MLP SAC with the whole
+    observation (env.obs_keep=null), seed 0, 8k frames. Measured: eval -135 at 6k, -157.5 at
+    8k (random: about -1,200). The recurrent -V check of issue #54 is not here (its update
+    costs ~0.6 s on this machine's CPUs)."""
+    run_dir = tmp_path / "run"
+    args = ["env=pendulum_pomdp", "policy=mlp", "loss=sac", "env.obs_keep=null"]
+    code, err = rltool(
+        *args,
+        "total_frames=8000",
+        "eval.every_frames=8000",
+        "eval.final_episodes=5",
+        "logger.progress=none",
+        f"hydra.run.dir={run_dir}",
+    )
+    assert code == 0, err
+    assert float(metric_rows(run_dir)[-1]["eval/return_mean"]) > -400
