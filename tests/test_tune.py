@@ -399,13 +399,20 @@ def test_a_study_of_another_space_or_objective_or_without_optuna_is_refused(
     assert not (tmp_path / "new").exists()
 
 
-@pytest.mark.parametrize(("name", "loss"), [("ppo_memory", "ppo"), ("dqn_memory", "dqn")])
-def test_the_shipped_spaces_compose_into_valid_configs(name, loss):
+@pytest.mark.parametrize(
+    ("name", "loss", "env"),
+    [
+        ("ppo_memory", "ppo", "cartpole_pomdp"),
+        ("dqn_memory", "dqn", "cartpole_pomdp"),
+        ("sac_memory", "sac", "pendulum_pomdp"),
+    ],
+)
+def test_the_shipped_spaces_compose_into_valid_configs(name, loss, env):
     from rltool.cli.tune import compose_base
 
     space = sp.load(name)
     for kind, width in (("gru", True), ("mlp", False)):
-        policy = ["env=cartpole_pomdp", f"policy={kind}", f"loss={loss}"]
+        policy = [f"env={env}", f"policy={kind}", f"loss={loss}"]
         dcfg = compose_base(policy)
         added = sp.check_keys(space, dcfg, policy)
         for n in range(3):

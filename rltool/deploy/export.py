@@ -133,7 +133,7 @@ class PolicyStep(nn.Module):
             entries[K.OBSERVATION] = _Entry(space, False, keep, norm)
         self.entries = nn.ModuleDict({k.replace(".", "/"): v for k, v in entries.items()})
         self.obs_names = list(entries)
-        self.state_specs = dict(policy.state_specs)
+        self.state_specs = dict(policy.export_state_specs)
         self.input_specs = dict(policy.input_specs)
         self.action_map = restored.record.action_map()
 

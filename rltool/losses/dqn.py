@@ -25,6 +25,7 @@ from torch import nn
 
 from rltool import keys as K
 from rltool.losses.reduction import reduce
+from rltool.losses.target import TargetParams, warm
 from rltool.modules.heads import masked_max
 from rltool.modules.recurrent import recurrent_mode
 
@@ -78,8 +79,19 @@ class DQNLoss(nn.Module):
         self.loss_function, self.reduction, self.burn_in = loss_function, reduction, burn_in
         self.target_update, self.tau = target_update, tau
         self.target_update_every = target_update_every
-        self.target_params = TensorDict.from_module(policy).data.clone()
-        self.updates = 0
+        self.target = TargetParams(policy)
+
+    @property
+    def target_params(self) -> TensorDict:
+        return self.target.params
+
+    @property
+    def updates(self) -> int:
+        return self.target.updates
+
+    @updates.setter
+    def updates(self, n: int) -> None:
+        self.target.updates = n
 
     # ---- Q-values ----
     def _swap(self, params):
@@ -87,15 +99,9 @@ class DQNLoss(nn.Module):
 
     def _warm(self, td: TensorDictBase) -> TensorDictBase:
         """td[burn_in:] with the state at step burn_in from a no-grad pass over td[:burn_in]."""
-        b = self.burn_in
-        if not b or not self.policy.state_specs:
-            return td[b:]
-        with torch.no_grad():
-            _, _, states = self.policy.action_values(td[:b], need_states=True)
-        rest = td[b:].clone(recurse=False)
-        for k, s in states.items():
-            rest.set(k, s[-1].unsqueeze(0).expand(rest.shape[0], *s.shape[1:]))
-        return rest
+        if not self.policy.state_specs:
+            return td[self.burn_in :]
+        return warm(td, self.burn_in, lambda h: self.policy.action_values(h, need_states=True)[2])
 
     def _q(self, td, params=None, with_next=True):
         """(Q [T', B, n], Q of the next observations [T', B, n]) on the steps after burn-in, with
@@ -193,13 +199,7 @@ class DQNLoss(nn.Module):
         return TensorDict(out, [])
 
     # ---- target network ----
-    @torch.no_grad()
     def update_target(self) -> None:
         """Call after each optimiser step: hard copies every ``target_update_every`` updates;
         soft moves the target by ``tau`` towards the online parameters every update."""
-        self.updates += 1
-        online = TensorDict.from_module(self.policy).data
-        if self.target_update == "soft":
-            self.target_params.lerp_(online, self.tau)
-        elif self.updates % self.target_update_every == 0:
-            self.target_params.update_(online)
+        self.target.update(self.target_update, self.tau, self.target_update_every)

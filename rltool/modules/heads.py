@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from rltool import keys as K
-from rltool.modules.mlp import init_linear
+from rltool.errors import ConfigError
+from rltool.modules.mlp import init_linear, mlp
 
 
 def mask_logits(logits: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -177,3 +178,91 @@ def masked_max(q: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     mask may allow nothing: its value is never bootstrapped from)."""
     best = q.masked_fill(~mask, -torch.inf).max(-1).values
     return torch.where(mask.any(-1), best, 0.0)
+
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # SAC's clamp of a state-dependent log-std (pomdp-baselines)
+
+
+class SquashedGaussianHead(nn.Module):
+    """SAC's actor: features [*, F] -> ``loc``, ``scale`` [*, d] of a Gaussian over u, and the
+    action ``low + (tanh(u) + 1) / 2 * (high - low)``, inside any ``Box`` bounds. The greedy
+    action (evaluation, export) is the scaled tanh of ``loc``. Log-probs carry the change of
+    variables: log N(u) - sum log(d action / d u)."""
+
+    param_keys = (K.LOC, K.SCALE)
+
+    def __init__(self, in_features: int, dim: int, low, high):
+        super().__init__()
+        self.linear = init_linear(nn.Linear(in_features, 2 * dim), gain=0.01)
+        low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(dim) for b in (low, high))
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("radius", (high - low) / 2)
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        loc, log_std = self.linear(x).chunk(2, -1)
+        return {K.LOC: loc, K.SCALE: log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp()}
+
+    def squash(self, u: torch.Tensor) -> torch.Tensor:
+        return self.center + self.radius * torch.tanh(u)
+
+    def rsample(self, params) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised draw: (action [*, d], its log-prob [*]), differentiable in both."""
+        loc, scale = params[K.LOC], params[K.SCALE]
+        u = loc + scale * torch.randn_like(loc)
+        return self.squash(u), self._log_prob_u(params, u)
+
+    def _log_prob_u(self, params, u: torch.Tensor) -> torch.Tensor:
+        gauss = GaussianHead.log_prob(params, u)
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)): finite where tanh(u) rounds to 1
+        log_dtanh = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u))
+        return gauss - (log_dtanh + self.radius.log()).sum(-1)
+
+    def sample(self, params, explore: bool, masked: bool = False) -> torch.Tensor:
+        if not explore:
+            return self.squash(params[K.LOC])
+        return self.rsample(params)[0]
+
+    def log_prob(self, params, action: torch.Tensor) -> torch.Tensor:
+        """The log-prob of a stored ``action`` [*, d] (u recovered by atanh, clamped just
+        inside the bounds)."""
+        y = ((action - self.center) / self.radius).clamp(-1 + 1e-6, 1 - 1e-6)
+        return self._log_prob_u(params, torch.atanh(y))
+
+    @staticmethod
+    def entropy(params) -> torch.Tensor:
+        """The entropy of the Gaussian before the squash (the squashed one has no closed form)."""
+        return GaussianHead.entropy(params)
+
+
+class TwinQHead(nn.Module):
+    """SAC's twin critics: (features [*, F], action [*, d]) -> (Q1, Q2), each [*]: two MLPs over
+    the features and the action concatenated (pomdp-baselines' ``qf1`` / ``qf2`` over one
+    memory's output)."""
+
+    def __init__(self, in_features: int, action_dim: int, sizes: list[int], activation: str):
+        super().__init__()
+        n = in_features + action_dim
+        width = sizes[-1] if sizes else n
+        self.q = nn.ModuleList(
+            nn.Sequential(mlp(n, sizes, activation), value_head(width)) for _ in range(2)
+        )
+
+    def forward(self, features: torch.Tensor, action: torch.Tensor):
+        x = torch.cat([features, action.to(features.dtype)], -1)
+        q1, q2 = (q(x).squeeze(-1) for q in self.q)
+        return q1, q2
+
+
+def check_squashable(act) -> None:
+    """SAC's actor squashes into the action's bounds: a ``Box`` with finite ones."""
+    if act.discrete or act.multi_discrete:
+        raise ConfigError(
+            "loss=sac needs continuous (Box) actions, but this env's are discrete: "
+            "use loss=dqn or loss=ppo"
+        )
+    bounds = torch.tensor([*act.low, *act.high], dtype=torch.float64)
+    if not bool(torch.isfinite(bounds).all()):
+        raise ConfigError(
+            "loss=sac squashes actions into the Box bounds, but this env's are infinite: "
+            "use loss=ppo, or an env with finite action bounds"
+        )

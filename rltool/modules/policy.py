@@ -23,6 +23,9 @@ from rltool.modules.heads import (
     GaussianHead,
     MultiCategoricalHead,
     QHead,
+    SquashedGaussianHead,
+    TwinQHead,
+    check_squashable,
     epsilon_greedy,
     mask_logits,
     value_head,
@@ -49,19 +52,22 @@ class Torso(nn.Module):
     ``forward(td)`` reads a TensorDict) and ``run(x, states, is_init, time_dim, need_states)`` as
     :meth:`rltool.modules.memory.Memory.run`."""
 
-    def __init__(self, in_features: int, cfg: PolicyConfig, state_prefix: str = "", memory=None):
+    def __init__(
+        self, in_features: int, cfg: PolicyConfig, state_prefix="", memory=None, post=True
+    ):
         super().__init__()
+        hidden = cfg.hidden_sizes if post else []  # post=False: a head's own MLP follows
         if cfg.kind == "mlp" and memory is None:
-            self.pre, self.rnn = mlp(in_features, cfg.hidden_sizes, cfg.activation), None
+            self.pre, self.rnn = mlp(in_features, hidden, cfg.activation), None
             self.post = nn.Identity()
-            self.out_features = out_features(in_features, cfg.hidden_sizes)
+            self.out_features = out_features(in_features, hidden)
             return
         self.pre = mlp(in_features, cfg.encoder_sizes, cfg.activation)
         enc = out_features(in_features, cfg.encoder_sizes)
         build = memory or (lambda size, prefix: build_memory(cfg, size, prefix))
         self.rnn = build(enc, state_prefix)
-        self.post = mlp(self.rnn.hidden_size, cfg.hidden_sizes, cfg.activation)
-        self.out_features = out_features(self.rnn.hidden_size, cfg.hidden_sizes)
+        self.post = mlp(self.rnn.hidden_size, hidden, cfg.activation)
+        self.out_features = out_features(self.rnn.hidden_size, hidden)
 
     @property
     def state_specs(self) -> dict[str, Spec]:
@@ -104,14 +110,18 @@ class Torso(nn.Module):
 
 class ActorCritic(nn.Module):
     """Actor (categorical or Gaussian) and critic, with separate or shared torsos; or, with
-    ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``).
+    ``heads=("q",)``, a Q-network (``action_value``) acting epsilon-greedily (``epsilon``); or,
+    with ``heads=("actor", "qvalue")``, SAC's squashed Gaussian actor, twin Q(s, a) critics
+    (``qvalue``) on a torso of their own and the entropy coefficient's ``log_alpha``.
     ``memory``: an optional factory of a memory module (see :class:`Torso`) in place of the one
     of ``cfg.kind``."""
 
     def __init__(self, specs: EnvSpecs, cfg: PolicyConfig, heads=("actor", "critic"), memory=None):
         super().__init__()
         self.specs, self.explore, self.epsilon = specs, True, 0.0
-        self.is_q = "q" in heads
+        self.is_q, self.is_sac = "q" in heads, "qvalue" in heads
+        if self.is_sac:
+            check_squashable(specs.action)
         if self.is_q and specs.action.multi_discrete:
             raise ConfigError(
                 f"loss=dqn cannot act in this env's MultiDiscrete{list(specs.action.nvec)} "
@@ -149,9 +159,16 @@ class ActorCritic(nn.Module):
                 else Torso(in_dim, cfg, state_prefix="critic_", memory=memory)
             )
             self.critic = value_head(self.critic_torso.out_features)
+        if self.is_sac:  # the action enters at the Q heads: their MLP follows the memory
+            self.critic_torso = Torso(in_dim, cfg, "critic_", memory, post=False)
+            width = self.critic_torso.out_features
+            self.qvalue = TwinQHead(width, self.action_features, cfg.hidden_sizes, cfg.activation)
+            self.log_alpha = nn.Parameter(torch.zeros(()))  # set by the loss (loss.alpha_init)
         f = self.actor_torso.out_features
         if self.is_q:
             self.dist = QHead(f, act.n, cfg.dueling)
+        elif self.is_sac:
+            self.dist = SquashedGaussianHead(f, self.action_features, act.low, act.high)
         elif act.discrete:
             self.dist = CategoricalHead(f, act.n)
         elif act.multi_discrete:
@@ -161,13 +178,20 @@ class ActorCritic(nn.Module):
 
     @property
     def torsos(self) -> list[Torso]:
-        separate = self.has_critic and self.critic_torso is not self.actor_torso
+        two = self.has_critic or self.is_sac
+        separate = two and self.critic_torso is not self.actor_torso
         return [self.actor_torso, self.critic_torso] if separate else [self.actor_torso]
 
     @property
     def state_specs(self) -> dict[str, Spec]:
         """The recurrent state this policy carries, per env (empty for an MLP)."""
         return {k: s for t in self.torsos for k, s in t.state_specs.items()}
+
+    @property
+    def export_state_specs(self) -> dict[str, Spec]:
+        """The state the exported step carries: SAC's actor's alone (its critics act in no
+        step of a deployed policy); every torso's otherwise."""
+        return self.actor_torso.state_specs if self.is_sac else self.state_specs
 
     @property
     def input_specs(self) -> dict[str, Spec]:
@@ -203,7 +227,7 @@ class ActorCritic(nn.Module):
 
     def _heads(self, inputs, state, is_init, time_dim, need_states, export=False):
         x = self.encode(inputs)
-        torsos = self.torsos
+        torsos = self.torsos if not (export and self.is_sac) else [self.actor_torso]
         if time_dim and len(torsos) > 1:  # a sequence: the two memories may share one loop
             (feat, nxt), (cfeat, cnxt) = Torso.run_many(torsos, x, state, is_init, need_states)
         else:
@@ -340,11 +364,30 @@ class ActorCritic(nn.Module):
         q = self.dist(feat)[K.ACTION_VALUE]
         if not with_next:
             return q, None, nxt
-        after = {
-            K.OBSERVATION: td.get(K.nxt(K.OBSERVATION)),
-            K.PREV_ACTION: td.get(K.ACTION),
-            K.PREV_REWARD: td.get(K.nxt(K.REWARD)),
-        }
         not_init = torch.zeros_like(is_init)
-        feat_next, _ = self.actor_torso(self.encode(after), nxt, not_init, False, False)
+        feat_next, _ = self.actor_torso(self.encode(_after(td)), nxt, not_init, False, False)
         return q, self.dist(feat_next)[K.ACTION_VALUE], nxt
+
+    def sequence_features(self, td: TensorDictBase, torsos, need_states: bool = False):
+        """``torsos`` over a [T, B] window from its stored states at t=0 (the SAC loss's path):
+        [(features [T, B, F], the states after each step {key: [T, B, ...]} or {})]."""
+        inputs, state, is_init = self._read(td, temporal=True)
+        return Torso.run_many(torsos, self.encode(inputs), state, is_init, need_states)
+
+    def next_features(self, td: TensorDictBase, torsos, states: dict) -> list[torch.Tensor]:
+        """Each torso's features [T, B, F] of ``("next", "observation")``, one step from
+        ``states`` (after each step, as :meth:`sequence_features` gives them): a truncated
+        episode's true final observation is read with the state it followed."""
+        x = self.encode(_after(td))
+        not_init = torch.zeros_like(td.get(K.IS_INIT))
+        return [t(x, states, not_init, False, False)[0] for t in torsos]
+
+
+def _after(td: TensorDictBase) -> dict:
+    """The inputs of the step after each step of a window: the next observation, this step's
+    action and reward as the previous ones."""
+    return {
+        K.OBSERVATION: td.get(K.nxt(K.OBSERVATION)),
+        K.PREV_ACTION: td.get(K.ACTION),
+        K.PREV_REWARD: td.get(K.nxt(K.REWARD)),
+    }

@@ -5,8 +5,6 @@ the replay's folder (``buffer``)."""
 
 from __future__ import annotations
 
-from tensordict import TensorDict
-
 from rltool.algos.base import Algorithm
 from rltool.data import make_replay
 from rltool.losses import DQNLoss, linear_schedule
@@ -60,13 +58,8 @@ class TargetState:
         self.loss, self.policy = loss, policy
 
     def state_dict(self) -> dict:
-        return {
-            "target": self.loss.target_params.to_dict(),
-            "updates": self.loss.updates,
-            "epsilon": float(self.policy.epsilon),
-        }
+        return {**self.loss.target.state_dict(), "epsilon": float(self.policy.epsilon)}
 
     def load_state_dict(self, state: dict) -> None:
-        target = TensorDict(state["target"], [])
-        self.loss.target_params.update_(target)
-        self.loss.updates, self.policy.epsilon = int(state["updates"]), float(state["epsilon"])
+        self.loss.target.load_state_dict(state)
+        self.policy.epsilon = float(state["epsilon"])

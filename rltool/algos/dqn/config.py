@@ -52,7 +52,7 @@ def check_config(cfg) -> None:
             not getattr(cfg.env, key),
             f"env.{key}",
             True,
-            "replay (loss=dqn) would keep data scaled by old running statistics; "
+            f"replay (loss={cfg.loss.name}) would keep data scaled by old running statistics; "
             f"set env.{key}=false",
         )
     b, fpb = cfg.buffer, cfg.collector.frames_per_batch
