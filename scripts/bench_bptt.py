@@ -22,6 +22,7 @@ import statistics
 import time
 
 from rltool import compose
+from rltool.losses import add_gae
 from rltool.train import build, update
 
 ENV = ["env=tmaze", "env.kwargs.length=1000"]
@@ -35,7 +36,9 @@ def setup(policy: str, horizon: int | None, overrides: list[str]):
     t = cfg.collector.frames_per_batch // cfg.env.num_envs
     if run.algo.context is not None:
         for _ in range(-(-run.algo.context.length // t)):
-            run.algo.context.extend(run.collector.collect().clone())
+            kept = run.collector.collect().clone()
+            add_gae(kept, cfg.loss.gamma, cfg.loss.gae_lambda)  # the loss's entries it keeps
+            run.algo.context.extend(kept)
     t0 = time.perf_counter()
     batch = run.collector.collect().clone()
     collect = time.perf_counter() - t0
