@@ -332,3 +332,22 @@ def test_sigterm_to_a_joblib_sweeps_process_group_stops_it_with_75(tmp_path):
     _, err = rerun.communicate(timeout=300)
     assert rerun.returncode == 0, err
     assert {s["status"] for s in statuses(sweep).values()} == {"done"} and len(statuses(sweep)) == 3
+
+
+@pytest.mark.slow  # end to end, several processes: ~1 min on CI
+def test_submitit_local_job_stopped_alone_is_interrupted_and_the_sweep_goes_on(
+    tmp_path, monkeypatch, capsys
+):
+    """submitit_local runs each job in its own process: a SIGTERM to one stops that job only."""
+    sweep = tmp_path / "sweep"
+    overrides = ("seed=0,1", *TINY[1:], "total_frames=512", "checkpoint.every_frames=128")
+    args = submitit_local(monkeypatch, sweep, *overrides)
+    monkeypatch.setenv("RLTOOL_JOB_SIGNAL", "1:SIGTERM")
+    assert main(args) == 1
+    st = statuses(sweep)
+    assert (st["0"]["status"], st["1"]["status"]) == ("done", "interrupted")
+    out, err = capsys.readouterr()
+    assert "1 done, job 1 interrupted" in out + err
+    monkeypatch.delenv("RLTOOL_JOB_SIGNAL")
+    assert main(args) == 0
+    assert {s["status"] for s in statuses(sweep).values()} == {"done"}
