@@ -32,8 +32,11 @@ class RunStopped(Exception):
     exits with ``exit_code``."""
 
     def __init__(self, message: str, exit_code: int):
-        super().__init__(message)
+        super().__init__(message, exit_code)
         self.exit_code = exit_code
+
+    def __str__(self) -> str:  # the message alone (args holds the code too, so that it pickles)
+        return str(self.args[0])
 
 
 class EnvError(Exception):

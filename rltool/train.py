@@ -27,10 +27,12 @@ from rltool.collectors.devices import DEVICE_KEYS, module_device, resolve_device
 from rltool.config import Config
 from rltool.distributed.ranks import SOLO, Solo
 from rltool.envs import VectorEnv, make_env
+from rltool.errors import ConfigError
 from rltool.logging import Loggers, check_packages, make_loggers
 from rltool.modules import ActorCritic, make_policy
 from rltool.optim.adam import FlatAdam
 from rltool.optim.guard import NonFiniteGuard
+from rltool.run import footprint
 from rltool.run.compile import compile_run
 from rltool.run.evaluation import evaluate
 from rltool.run.hooks import Hooks
@@ -74,6 +76,11 @@ def build(cfg: Config, run_dir: Path | None = None, comm: Solo = SOLO) -> Run:
     torch.set_num_threads(cfg.num_threads)
     seed_everything(cfg.seed)
     env = make_env(cfg.env, gamma=cfg.loss.gamma)
+    try:  # before anything is built on the observations (rltool/run/footprint.py)
+        footprint.check(cfg, env.specs.observation)
+    except ConfigError:
+        env.close()
+        raise
     eval_backend = "envpool" if cfg.env.backend == "envpool" else "sync"  # no worker processes
     eval_env = make_env(
         cfg.env,

@@ -110,7 +110,7 @@ def _read_only(folder) -> bool:
     return False
 
 
-def test_a_read_only_run_folder_is_exit_5_for_resume_and_eval(tmp_path, monkeypatch):
+def test_a_read_only_run_folder_is_exit_5_for_resume_and_eval(tmp_path, monkeypatch, capsys):
     args = ["env=cartpole", "total_frames=256", *TINY_EVAL, "hydra.run.dir=run"]
     r = run_cli("train", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
@@ -129,6 +129,9 @@ def test_a_read_only_run_folder_is_exit_5_for_resume_and_eval(tmp_path, monkeypa
             fail_writes(monkeypatch, errno.EACCES, "eval.json")
         assert main(["eval", f"run={copy}"]) == EXIT_OS
         assert played == [] and leftovers(copy) == []
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and "copy the run" in err  # every fix, out= among them
+        assert err.endswith("write the results elsewhere: rltool eval run=... out=<writable file>")
     finally:
         for p in [copy, *copy.rglob("*")]:
             p.chmod(p.stat().st_mode | stat.S_IWUSR)

@@ -5,6 +5,7 @@ it, before anything is allocated, and the CLI leaves no run folder behind."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from rltool.collectors import Collector
 from rltool.config import BufferConfig, EnvConfig, PolicyConfig
@@ -102,3 +103,76 @@ def test_the_cli_refuses_in_one_line_and_leaves_no_run_folder(args, tmp_path, cl
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and args[-1] in lines[0] and "GB are available" in lines[0]
     assert not run.exists()
+
+
+# ---- every place observations take memory (rltool/run/footprint.py) ----
+HUGE_IMAGE = (1024, 1024, 3)  # uint8: 3 MB a frame
+
+
+def _register_huge():
+    """FakeHugeImage-v0: a 1024 x 1024 RGB image space, never reset or stepped (the size check
+    must refuse the run before a frame is made)."""
+    import gymnasium as gym
+    import numpy as np
+
+    class Huge(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, HUGE_IMAGE, np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            raise AssertionError("reset before the size check")
+
+        def step(self, action):
+            raise AssertionError("step before the size check")
+
+    if "FakeHugeImage-v0" not in gym.registry:
+        gym.register("FakeHugeImage-v0", entry_point=lambda **kw: Huge())
+
+
+HUGE_ARGS = ["env.id=FakeHugeImage-v0", "env.num_envs=16", "collector.frames_per_batch=2048"]
+
+
+def test_the_footprint_counts_every_place_observations_take():
+    from conftest import make_cfg
+
+    from rltool.run.footprint import terms
+    from rltool.specs import IMAGE, Spec
+
+    _register_huge()
+    cfg = make_cfg(*HUGE_ARGS, "env.normalize_obs=false")
+    spec = Spec(HUGE_IMAGE, torch.uint8, kind=IMAGE, layout="hwc")
+    t = terms(cfg, spec)
+    frame = 1024 * 1024 * 3
+    assert t["the rollout"] == (2 * 2048 * frame, "collector.frames_per_batch")
+    assert t["the vector env's buffers"] == (16 * frame, "env.num_envs")
+    assert t["the eval collector"][1] == "eval.episodes"
+    forward, key = t["a minibatch's forward"]
+    assert key == "loss.num_minibatches" and forward > 2048 * frame * 4  # float input
+    assert "observation normalisation" not in t and "the replay" not in t
+
+
+def test_huge_image_observations_are_refused_in_one_line_before_allocation(tmp_path, capsys):
+    from rltool.cli import main
+
+    _register_huge()
+    run = tmp_path / "run"
+    rc = main(["train", *HUGE_ARGS, "logger.progress=none", f"hydra.run.dir={run}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, err
+    assert err.count("\n") == 0
+    assert err.startswith("rltool train: error: loss.num_minibatches=1: the observations ")
+    # the image encoder's feature maps over a 2,048-frame minibatch: ~70 GB
+    assert "The largest part is a minibatch's forward (~" in err
+    assert err.endswith("GB): raise loss.num_minibatches")
+    assert not run.exists()
+
+
+@pytest.mark.parametrize(("shape", "cnn"), [((64, 64, 3), "auto"), ((7, 7, 3), "small")])
+def test_the_image_encoder_size_is_its_real_parameter_count(shape, cnn):
+    from rltool.modules.encoders import ImageEncoder, image_encoder_size
+    from rltool.specs import IMAGE, Spec
+
+    spec = Spec(shape, torch.uint8, kind=IMAGE, layout="hwc")
+    cfg = PolicyConfig(cnn=cnn)
+    real = sum(p.numel() for p in ImageEncoder(spec, cfg, "image").parameters())
+    assert image_encoder_size(spec, cfg)[1] == real

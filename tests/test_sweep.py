@@ -4,14 +4,17 @@ submitit_local launchers, report tables and plots from real (tiny) sweeps."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import metric_rows, start_cli, submitit_local
+from conftest import cli_env, metric_rows, start_cli, submitit_local
 from wandb_records import run_record
 
 from rltool.analysis.results import band, find_runs, group_runs
@@ -267,3 +270,84 @@ def test_sigterm_stops_the_whole_sweep_and_the_same_command_continues_it(tmp_pat
     st = statuses(sweep)
     assert sorted(st) == ["0", "1", "2"] and {s["status"] for s in st.values()} == {"done"}
     assert [int(r["frames"]) for r in metric_rows(sweep / "0")][-1] >= 6144
+
+
+@pytest.mark.slow  # end to end, a process per job: ~1 min on CI
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_joblib_sweep_survives_the_loss_of_one_worker(tmp_path, sig):
+    """Job 1's worker alone is stopped (SIGTERM: it checkpoints, interrupted) or killed (SIGKILL,
+    as the out-of-memory killer does: failed, naming the signal) at its first checkpoint: jobs 0
+    and 2 still finish, the sweep exits 1 naming job 1, and the same command resumes it."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1,2", *TINY[1:]]
+    args += ["total_frames=512", "checkpoint.every_frames=128", f"hydra.sweep.dir={sweep}"]
+    proc = start_cli("train", *args, env={"RLTOOL_JOB_SIGNAL": f"1:{sig}"})
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    st = statuses(sweep)
+    assert {j: s["status"] for j, s in st.items() if j != "1"} == {"0": "done", "2": "done"}
+    if sig == "SIGTERM":
+        assert st["1"]["status"] == "interrupted"
+        assert "rltool train: job 1 (seed=1 " in err and "): interrupted (stopped by SIGTERM" in err
+    else:
+        assert st["1"]["status"] == "failed" and "killed by SIGKILL" in st["1"]["error"]
+        assert "rltool train: job 1 (seed=1 " in err
+        assert ") failed: its process was killed by SIGKILL (kill -9, or the out-of-memory" in err
+    assert "BrokenProcessPool" not in err and "internal error" not in err
+    rerun = start_cli("train", *args)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    assert {s["status"] for s in statuses(sweep).values()} == {"done"}
+    assert [int(r["frames"]) for r in metric_rows(sweep / "1")][-1] >= 512
+
+
+@pytest.mark.slow  # end to end, a process per job: ~1 min on CI
+def test_sigterm_to_a_joblib_sweeps_process_group_stops_it_with_75(tmp_path):
+    """Slurm or a terminal signal every process of the sweep: the running jobs checkpoint, no
+    other job starts, exit 75; the same command finishes them."""
+    sweep = tmp_path / "sweep"
+    args = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1,2"]
+    args += ["total_frames=6144", "checkpoint.every_frames=512", "logger.progress=none"]
+    args += [f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rltool", "train", *args],
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a job step under Slurm
+    )
+    deadline = time.monotonic() + 120
+    while not (sweep / "0" / "checkpoints" / "latest").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1]
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err
+    st = statuses(sweep)
+    assert st["0"]["status"] == "interrupted"
+    assert "running" not in {s["status"] for s in st.values()}
+    assert "2" not in st  # never started
+    rerun = start_cli("train", *args)
+    _, err = rerun.communicate(timeout=300)
+    assert rerun.returncode == 0, err
+    assert {s["status"] for s in statuses(sweep).values()} == {"done"} and len(statuses(sweep)) == 3
+
+
+@pytest.mark.slow  # end to end, several processes: ~1 min on CI
+def test_submitit_local_job_stopped_alone_is_interrupted_and_the_sweep_goes_on(
+    tmp_path, monkeypatch, capsys
+):
+    """submitit_local runs each job in its own process: a SIGTERM to one stops that job only."""
+    sweep = tmp_path / "sweep"
+    overrides = ("seed=0,1", *TINY[1:], "total_frames=512", "checkpoint.every_frames=128")
+    args = submitit_local(monkeypatch, sweep, *overrides)
+    monkeypatch.setenv("RLTOOL_JOB_SIGNAL", "1:SIGTERM")
+    assert main(args) == 1
+    st = statuses(sweep)
+    assert (st["0"]["status"], st["1"]["status"]) == ("done", "interrupted")
+    out, err = capsys.readouterr()
+    assert "1 done, job 1 interrupted" in out + err
+    monkeypatch.delenv("RLTOOL_JOB_SIGNAL")
+    assert main(args) == 0
+    assert {s["status"] for s in statuses(sweep).values()} == {"done"}

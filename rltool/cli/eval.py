@@ -100,13 +100,18 @@ def evaluate_run(args: EvalArgs) -> dict:
     )
 
 
-def _writes(out: Path, write) -> None:
+def _writes(out: Path, write, default: bool = False) -> None:
     """``write()``; the OS refusing it is an OSFault (exit 5), any other failure to write
-    ``out`` (a missing folder, a folder named so) a UserError."""
+    ``out`` (a missing folder, a folder named so) a UserError. ``default``: ``out`` is the run's
+    own eval.json, so the refusal also names ``out=``, which leaves the run folder alone."""
     try:
         write()
-    except OSFault:
-        raise
+    except OSFault as e:
+        if not default:
+            raise
+        raise OSFault(
+            f"{e}; or write the results elsewhere: rltool eval run=... out=<writable file>"
+        ) from e
     except OSError as e:
         raise UserError(f"out={out}: cannot write it ({e}): give a writable file") from None
 
@@ -125,9 +130,9 @@ def main(argv: list[str]) -> int:
     a = parse_args(argv)
     out = Path(a.out) if a.out else RunFolder(a.run).eval
     if a.out or Path(a.run).is_dir():  # a missing run folder: evaluate_run names it
-        _writes(out, lambda: check_writable(out))  # before any episode is played
+        _writes(out, lambda: check_writable(out), not a.out)  # before any episode is played
     result = evaluate_run(a)
-    _writes(out, lambda: write_text(out, json.dumps(result, indent=2)))
+    _writes(out, lambda: write_text(out, json.dumps(result, indent=2)), not a.out)
     if result["episodes"] < a.episodes:
         _log.warning(
             f"rltool eval: warning: only {result['episodes']} of {a.episodes} episodes ended "

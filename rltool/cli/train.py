@@ -38,7 +38,7 @@ from rltool.run.hooks import Hooks
 from rltool.runfolder import lock as runlock
 from rltool.runfolder.layout import RunFolder
 from rltool.runfolder.lock import RunLocked
-from rltool.runfolder.tidy import Before
+from rltool.runfolder.tidy import Before, folder_refusal, new_folders, remove_empty
 from rltool.sweeps import jobs as sweep
 from rltool.sweeps.jobs import Command, current_job, run_job
 
@@ -47,13 +47,29 @@ _log = logging.getLogger(__name__)
 
 
 class RunStart(Callback):
-    """Hydra callback (single runs): records the run folder before Hydra creates it, in the
-    running command's :class:`~rltool.runfolder.tidy.Before`."""
+    """Hydra callback: records a single run's folder before Hydra creates it, in the running
+    command's :class:`~rltool.runfolder.tidy.Before`; notes why the OS would refuse to make the
+    run's or the sweep's folder (a file of that name, a name too long): Hydra swallows a
+    callback's exception, so :func:`train_cmd` raises it when Hydra's ``mkdir`` fails."""
 
     def on_run_start(self, config, **kwargs) -> None:
         command = sweep.current()
-        if command is not None and command.before is not None:
+        if command is None or _refuses(command, "hydra.run.dir", config.hydra.run.dir):
+            return
+        if command.before is not None:
             command.before.record(Path(str(config.hydra.run.dir)))
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        command = sweep.current()
+        if command is not None:
+            _refuses(command, "hydra.sweep.dir", config.hydra.sweep.dir)
+
+
+def _refuses(command: Command, key: str, value) -> bool:
+    path = Path(str(value))
+    command.refusal = folder_refusal(key, path)
+    command.new_top = new_folders(path) if command.refusal is not None else None
+    return command.refusal is not None
 
 
 @dataclasses.dataclass
@@ -185,9 +201,34 @@ def _target(args: list[str]) -> Path | None:
     if any(a.split("=", 1)[0] in _NO_RUN + _MULTI for a in args):
         return None
     dirs = [path_value(a.split("=", 1)[1]) for a in args if a.startswith("hydra.run.dir=")]
-    if not dirs or not Path(dirs[-1]).is_dir():
+    try:
+        if not dirs or not Path(dirs[-1]).is_dir():
+            return None
+    except OSError:  # a name too long: RunStart refuses it
         return None
     return Path(dirs[-1]).resolve()
+
+
+def _check_folders(args: list[str]) -> None:
+    """A literal ``hydra.run.dir`` / ``hydra.sweep.dir`` the OS would refuse (or an empty one,
+    which Hydra takes as the working folder) is refused before Hydra starts; one with an
+    interpolation is checked once composed (:class:`RunStart`)."""
+    for a in args:
+        key, eq, value = a.partition("=")
+        if eq and key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
+            refusal = folder_refusal(key, path_value(value))
+            if refusal is not None:
+                raise refusal
+
+
+def _one_process_per_job(args: list[str]) -> list[str]:
+    """``hydra/launcher=joblib`` runs on :mod:`rltool.sweeps.launcher` (a worker's loss costs its
+    own job only, not the sweep)."""
+    if any(a.lstrip("+") == "hydra/launcher=joblib" for a in args):
+        from rltool.sweeps.launcher import TARGET
+
+        return [*args, f"hydra.launcher._target_={TARGET}"]
+    return args
 
 
 def _refused(exc: BaseException) -> bool:
@@ -206,7 +247,8 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
         lines = sweep_plan.plan(argv)
         print("\n".join([*lines, f"rltool train: {len(lines)} job(s), none run (--cfg)"]))
         return EXIT_OK
-    args = resume_args(argv)
+    _check_folders(argv)
+    args = _one_process_per_job(resume_args(argv))
     rank = worker_rank()
     shows = any(a.split("=", 1)[0] in _NO_RUN for a in args)  # --cfg job, --help: no ranks
     if rank is None and not shows and (n := launch.nproc(args)) > 1:
@@ -224,6 +266,9 @@ def train_cmd(argv: list[str], debug: bool = False, hooks: Hooks | None = None) 
                 took = runlock.acquire(target)
             hydra_app.run_app(args, TrainJob(command), conf_dir(), "config", task_name="train")
     except BaseException as e:
+        if command.refusal is not None and isinstance(e, OSError):  # Hydra's mkdir of it
+            remove_empty(command.new_top)
+            raise command.refusal from None
         if _refused(e):
             command.before.tidy()
         raise

@@ -28,11 +28,17 @@ def _hwc_to_chw(x: torch.Tensor, layout: str) -> torch.Tensor:
     return x
 
 
+# each stack's convolutions: (out channels, kernel, stride), each followed by a ReLU
+CONV_STACKS = {
+    "nature": ((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+    "small": ((16, 2, 1), (32, 2, 1), (64, 2, 1)),
+}
+
+
 def _conv_stack(kind: str, channels: int) -> nn.Sequential:
-    if kind == "nature":
-        convs = [(channels, 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)]
-    else:
-        convs = [(channels, 16, 2, 1), (16, 32, 2, 1), (32, 64, 2, 1)]
+    outs = [c for c, _, _ in CONV_STACKS[kind]]
+    ins = [channels, *outs[:-1]]
+    convs = [(c_in, *conv) for c_in, conv in zip(ins, CONV_STACKS[kind], strict=True)]
     layers: list[nn.Module] = []
     for c_in, c_out, k, s in convs:
         layers += [nn.Conv2d(c_in, c_out, k, s), nn.ReLU()]
@@ -57,7 +63,7 @@ class ImageEncoder(nn.Module):
         self.layout, self.symbolic = spec.layout, spec.symbolic
         shape = _hwc_to_chw(torch.zeros(spec.shape), spec.layout).shape
         c, h, w = shape
-        kind = cfg.cnn if cfg.cnn != "auto" else ("nature" if min(h, w) >= NATURE_MIN else "small")
+        kind = _kind(cfg, h, w)
         if kind == "nature" and min(h, w) < 36:
             raise ConfigError(
                 f"policy.cnn=nature needs images of at least 36x36 px, but {name!r} is {h}x{w}: "
@@ -86,6 +92,25 @@ class ImageEncoder(nn.Module):
         else:
             x = x.float() / 255.0
         return self.linear(self.convs(x)).reshape(*batch, -1)
+
+
+def _kind(cfg: PolicyConfig, h: int, w: int) -> str:
+    return cfg.cnn if cfg.cnn != "auto" else ("nature" if min(h, w) >= NATURE_MIN else "small")
+
+
+def image_encoder_size(spec: Spec, cfg: PolicyConfig) -> tuple[int, int]:
+    """(bytes a forward of one sample keeps for backward, the encoder's parameter count) of
+    :class:`ImageEncoder` on ``spec``, from the shapes alone (nothing allocated): the float (or
+    embedded) input, each convolution's and ReLU's feature maps, the linear layer's weights."""
+    c, h, w = _hwc_to_chw(torch.empty(spec.shape, device="meta"), spec.layout).shape
+    c = c * cfg.embed_dim if spec.symbolic else c
+    kept, params = c * h * w * 4, (256 * c if spec.symbolic else 0)
+    for c_out, k, s in CONV_STACKS[_kind(cfg, h, w)]:
+        params += c * c_out * k * k + c_out
+        c, h, w = c_out, max(0, (h - k) // s + 1), max(0, (w - k) // s + 1)
+        kept += 2 * c * h * w * 4  # the convolution's output and the ReLU's
+    flat = c * h * w
+    return kept + flat * 4, params + flat * cfg.cnn_features + cfg.cnn_features
 
 
 def entry_features(spec: Spec) -> int:

@@ -103,9 +103,12 @@ def written_by(run_dir: str | os.PathLike) -> str | None:
 def has_checkpoint(run_dir: str | os.PathLike) -> bool:
     """Whether ``run_dir/checkpoints`` holds a ``latest`` pointer or a checkpoint file."""
     ck = Path(run_dir) / CHECKPOINTS
-    return ck.is_dir() and any(
-        p.name == LATEST or fnmatch.fnmatchcase(p.name, CHECKPOINT_GLOB) for p in ck.iterdir()
-    )
+    try:
+        return ck.is_dir() and any(
+            p.name == LATEST or fnmatch.fnmatchcase(p.name, CHECKPOINT_GLOB) for p in ck.iterdir()
+        )
+    except OSError:  # a name too long to ask about: no checkpoint (making it is refused later)
+        return False
 
 
 class RunFolder:

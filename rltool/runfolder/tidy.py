@@ -4,10 +4,13 @@ folder, ``.hydra/`` and ``train.log`` before the config is checked)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import shutil
 from pathlib import Path
 
+from rltool.errors import UserError
 from rltool.runfolder import lock as runlock
 
 
@@ -58,3 +61,69 @@ class Before:
                 else:
                     p.unlink(missing_ok=True)
         runlock.undo(run_dir)
+
+
+def folder_refusal(key: str, path: Path | str) -> UserError | None:
+    """Why the OS would refuse to make the folder ``path`` (the value of ``key``), as one line
+    naming the fix, before anything is made; None when it can be made. Hydra makes its output
+    folder before rltool sees the config, and its refusal would read as a bug (exit 70)."""
+    if not str(path).strip():
+        return UserError(f"{key}={str(path)!r} names no folder: give one")
+    path = Path(path).absolute()
+    name_max, path_max = _limits(path)
+    for name in path.parts[1:]:
+        if len(os.fsencode(name)) > name_max:
+            return UserError(
+                f"{key}={path}: the folder name {name[:24]}... is {len(os.fsencode(name))} "
+                f"bytes, longer than this file system allows ({name_max}): choose a shorter name"
+            )
+    if len(os.fsencode(str(path))) >= path_max:
+        return UserError(
+            f"{key}={path}: the path is longer than this system allows ({path_max} bytes): "
+            "choose a shorter one"
+        )
+    for folder in [*reversed(path.parents), path]:
+        if folder.exists() and not folder.is_dir():
+            return UserError(
+                f"{key}={path}: {folder} is a file, not a folder: name another folder, or move "
+                "the file away"
+            )
+    return None
+
+
+def _limits(path: Path) -> tuple[int, int]:
+    """(longest name, longest path) on the file system of ``path``'s nearest existing folder."""
+    near = next((p for p in path.parents if _is_dir(p)), Path("/"))
+    try:
+        return os.pathconf(near, "PC_NAME_MAX"), os.pathconf(near, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return 255, 4096
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long to ask about
+        return False
+
+
+def new_folders(path: Path) -> Path | None:
+    """The highest folder of ``path`` that does not exist yet (None: it exists)."""
+    path, top = Path(path).absolute(), None
+    for folder in [path, *path.parents]:
+        try:
+            if folder.exists():
+                break
+        except OSError:
+            pass
+        top = folder
+    return top
+
+
+def remove_empty(top: Path | None) -> None:
+    """Removes the empty folders under and at ``top`` (what a failed ``mkdir -p`` made)."""
+    if top is None or not _is_dir(top):
+        return
+    for root, _, _ in os.walk(top, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(root)

@@ -31,6 +31,7 @@ from rltool.run.hooks import Hooks
 from rltool.runfolder import lock as runlock
 from rltool.runfolder.layout import STATUS, RunFolder, has_checkpoint, interrupted_name
 from rltool.runfolder.writes import atomic_write, os_fault, write_text
+from rltool.testing import faults
 
 _log = logging.getLogger(__name__)
 
@@ -138,6 +139,13 @@ class Command:
     preempted: RunStopped | None = None
     result: SweepResult | None = None  # the sweep's statuses, from SweepSummary at its end
     before: Any = None  # a single run's folder before it (rltool.runfolder.tidy.Before)
+    # the output folder the OS would refuse (a UserError, raised when Hydra's mkdir fails) and
+    # the highest of its folders that did not exist (removed then, when empty)
+    refusal: Any = None
+    new_top: Any = None
+    # the launching process: a job in another one (a joblib / submitit worker) that a signal to
+    # its own process stopped is recorded interrupted and the sweep goes on
+    pid: int = field(default_factory=os.getpid)
 
     @contextmanager
     def running(self) -> Iterator[Command]:
@@ -193,6 +201,7 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
             resume = True
         else:
             set_aside_metrics(job.run_dir)
+    faults.job = job.num
     write_status(
         job.run_dir,
         status="running",
@@ -218,6 +227,15 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
             error=one_line(e),
             ended=_now(),
         )
+        if preempted and job.multirun and os.getpid() != command.pid:
+            # a worker process of its own: the signal stopped this job, not the sweep (a signal
+            # to the sweep reaches its launching process too, which stops it)
+            print(
+                f"rltool train: job {job.num} ({' '.join(job.overrides)}): interrupted ({e}); "
+                "the sweep goes on, the same command resumes it",
+                file=sys.stderr,
+            )
+            return None
         if preempted and job.multirun:
             command.preempted = e
         if preempted or not job.multirun:  # a signal stops the sweep too; a re-run resumes

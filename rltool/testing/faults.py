@@ -10,6 +10,8 @@ unless a test set one of these variables (in the environment of the process it s
   hang) at ``dist.iteration``, as it starts that iteration's collectives;
 - ``RLTOOL_DIST_SLOW=<rank>:<seconds>``: that rank pauses after each env step at
   ``dist.env_step`` (a straggler, while ``distributed.sync_fraction`` is on);
+- ``RLTOOL_JOB_SIGNAL=<job>:<SIGNAL>``: the process running sweep job ``<job>`` sends itself
+  ``SIGNAL`` (``SIGTERM``, ``SIGKILL``) at its first ``checkpoint.start``;
 - ``RLTOOL_WRITE_FAULT=<ERRNO>[:<glob>][@<n>]``: ``write`` (every write into a run folder,
   :mod:`rltool.runfolder.writes` and the lock) raises ``OSError(ERRNO)`` (``ENOSPC``, ``EACCES``,
   ...) from
@@ -32,6 +34,7 @@ from collections.abc import Callable
 CHECKPOINT_STEPS = ("after_temp_write", "after_fsync", "after_rename", "before_pointer")
 
 test_hook: Callable[[str], None] | None = None
+job: int | None = None  # the sweep job this process runs (set by rltool.sweeps.jobs.run_job)
 _writes = 0  # checkpoint writes of this process (counted at checkpoint.start)
 _file_writes = 0  # writes matching RLTOOL_WRITE_FAULT's glob so far
 
@@ -46,6 +49,7 @@ def point(name: str, *, rank: int = 0, iteration: int = 0, path: os.PathLike | N
         _write_fault(path)
     elif name == "checkpoint.start":
         _writes += 1
+        _job_signal()
     elif name.startswith("checkpoint."):
         _checkpoint_kill(name.removeprefix("checkpoint."))
     elif name == "dist.iteration":
@@ -60,6 +64,12 @@ def _checkpoint_kill(step: str) -> None:
         at, _, nth = spec.partition("@")
         if at == step and _writes == int(nth or 1):
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _job_signal() -> None:
+    num, _, sig = os.environ.get("RLTOOL_JOB_SIGNAL", "").partition(":")
+    if job is not None and num == str(job) and _writes == 1:
+        os.kill(os.getpid(), getattr(signal, sig))
 
 
 def _dist_kill(rank: int, iteration: int) -> None:
