@@ -84,6 +84,7 @@ def end_process(line: str, code: int) -> None:
     """Prints ``line`` (stderr), kills the env workers of this process, exits with ``code`` at
     once: the main thread is stuck in the env and cannot unwind. The run-folder lock is an
     ``flock``: the kernel releases it; checkpoints are written atomically: the latest stays."""
+    # print, not logging: the main thread may hold logging's locks while it is stuck
     print(line, file=sys.stderr, flush=True)
     for guard in list(LIVE):
         if guard.is_async:

@@ -230,10 +230,9 @@ def run_job(job: Job, fn: Callable[[bool], dict], command: Command | None = None
         if preempted and job.multirun and os.getpid() != command.pid:
             # a worker process of its own: the signal stopped this job, not the sweep (a signal
             # to the sweep reaches its launching process too, which stops it)
-            print(
+            _log.warning(
                 f"rltool train: job {job.num} ({' '.join(job.overrides)}): interrupted ({e}); "
-                "the sweep goes on, the same command resumes it",
-                file=sys.stderr,
+                "the sweep goes on, the same command resumes it"
             )
             return None
         if preempted and job.multirun:

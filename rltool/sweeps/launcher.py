@@ -13,6 +13,7 @@ workers too: no further job starts and the sweep exits 75 once the running ones 
 
 from __future__ import annotations
 
+import logging
 import re
 import signal
 import sys
@@ -26,6 +27,8 @@ from hydra_plugins.hydra_joblib_launcher import _core
 
 from rltool.errors import EXIT_PREEMPTED, RunStopped
 from rltool.sweeps.jobs import _now, read_status, write_status
+
+_log = logging.getLogger(__name__)
 
 # hydra.launcher._target_ of hydra/launcher=joblib (Hydra loads launchers from hydra_plugins only)
 TARGET = "hydra_plugins.rltool_launcher.OneProcessPerJob"
@@ -92,7 +95,7 @@ def _record_killed(sweep_dir: Path, idx: int, overrides: list[str], sig: str) ->
         st = read_status(path.parent) or {}
         if st.get("job_num") == idx and st.get("status") == "running":
             write_status(path.parent, status="failed", error=why, ended=_now())
-    print(f"rltool train: job {idx} ({' '.join(overrides)}) failed: {why}", file=sys.stderr)
+    _log.error(f"rltool train: job {idx} ({' '.join(overrides)}) failed: {why}")
 
 
 class _SweepSignal:
@@ -113,7 +116,7 @@ class _SweepSignal:
             signal.signal(s, h)
 
     def _note(self, signum, _frame) -> None:
-        if self.signum is None:
+        if self.signum is None:  # print, not logging: a signal handler must not take its locks
             print(
                 f"\nrltool train: {signal.Signals(signum).name}: stopping the sweep (its running "
                 "jobs write checkpoints)",
