@@ -4,12 +4,13 @@ RecurrentPPO, CartPole without velocities, 450), one run at a time.
 
 Both sides are bench_ppo.py's runs (run_rltool, run_sb3): evaluated at the same frame counts
 (after the update of the rollout that reaches each multiple of --eval-every, then at the end of
-the budget) by the same evaluator (rltool.evaluation: greedy actions, observation statistics as
+the budget) by the same evaluator (rltool.run.evaluation: greedy actions, observation statistics as
 training left them, not updated while evaluating). A seed's frames to threshold is its first
 evaluation at or above the threshold, the budget's frames when none reaches it (as
-rltool.stats.frames_to_goal counts). Reported: the IQM over seeds with a 95% stratified
-bootstrap interval and P(rltool needs fewer frames) (ties half) from rltool.stats, the IQM of
-the final evaluations, the seeds that reached the threshold, the training frames/s (median).
+rltool.analysis.stats.frames_to_goal counts). Reported: the IQM over seeds with a 95% stratified
+bootstrap interval and P(rltool needs fewer frames) (ties half) from rltool.analysis.stats,
+the IQM of the final evaluations, the seeds that reached the threshold, the training frames/s
+(median).
 
 Each finished (case, seed, side) is appended to --results (JSON lines) and skipped when found
 there, so a population can be run in parts and summarised at once:
@@ -36,7 +37,7 @@ import bench_ppo
 import numpy as np
 import torch
 
-from rltool import stats
+from rltool.analysis import stats
 
 SIDES = ("rltool", "sb3")
 
