@@ -98,7 +98,7 @@ BAD = [
     (["loss.sampler=steps"], "loss.sampler='steps'"),
     (["policy.hidden_size=0"], "policy.hidden_size=0"),
     (["policy.recurrent_mode=temporal"], "policy.recurrent_mode='temporal'"),
-    (["policy.inputs=[observation,prev_obs]"], "policy.inputs='prev_obs'"),
+    (["policy.inputs=[observation,prev_obs]"], "policy.inputs=['observation', 'prev_obs']"),
 ]
 
 

@@ -32,7 +32,7 @@ class PolicyConfig:
     init_log_std: float = 0.0  # Gaussian heads (continuous actions): the initial log std
     dueling: bool = False  # Q heads only: Q = V + A - mean(A)
     # the image encoder: auto = nature from 64 px up, else small; small = a stack of 2x2
-    # convolutions for small grids (MiniGrid's 7x7); nature = the Nature DQN CNN (36 px and up)
+    # convolutions for small grids (MiniGrid's 7x7); nature = the Nature paper's Atari CNN (36 px+)
     cnn: str = choice("auto", ("auto", "small", "nature"))
     cnn_features: int = ranged(256, ge=1)  # the linear layer after the convolutions
     # symbolic images (env.image=symbolic): embedding width per channel

@@ -43,7 +43,7 @@ def terms(cfg, observation) -> dict[str, tuple[int, str]]:
     if env.normalize_obs:
         out["observation normalisation"] = (2 * env.num_envs * floats, "env.normalize_obs")
     on_policy = hasattr(cfg.loss, "num_minibatches")  # PPO; the others learn from a replay
-    if cfg.buffer.storage == "memory" and not on_policy:
+    if not on_policy and cfg.buffer.storage == "memory":  # a PPO config may hold no buffer
         out["the replay"] = (2 * cfg.buffer.size * step, "buffer.size")
     kept, params = 0, 0
     for spec in entries.values():
