@@ -112,3 +112,16 @@ def time_limited_walk(num_envs: int = 2, limit: int = 5) -> VectorEnv:
     """``Walk`` truncated every ``limit`` steps by gymnasium's TimeLimit."""
     fns = [lambda: gym.wrappers.TimeLimit(Walk(), limit)] * num_envs
     return VectorEnv(SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP))
+
+
+def recording_step(opt, steps: list):
+    """A PPO ``step(terms, apply=True)`` for tests: one Adam step on the sum of the ``loss_*``
+    terms, every call's terms appended to ``steps`` (detached copies)."""
+
+    def step(terms, apply=True):
+        opt.zero_grad()
+        sum(v for k, v in terms.items() if k.startswith("loss_")).backward()
+        opt.step()
+        steps.append({k: v.detach().clone() for k, v in terms.items()})
+
+    return step

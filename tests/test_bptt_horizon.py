@@ -9,7 +9,7 @@ import signal
 import pytest
 import torch
 from conftest import TINY_EVAL, make_cfg, metric_rows, start_cli
-from recurrent_helpers import masked_cartpole, recurrent_policy
+from recurrent_helpers import masked_cartpole, recording_step, recurrent_policy
 
 from rltool import keys as K
 from rltool.algos.ppo.algorithm import PPO
@@ -31,11 +31,7 @@ def _train(kind, horizon, updates=3, record=None):
     algo, opt = PPO(cfg, env, policy), torch.optim.Adam(policy.parameters(), lr=3e-3)
     collector, steps = Collector(env, policy, B * T, seed=5), []
 
-    def step(terms, apply=True):
-        opt.zero_grad()
-        sum(v for k, v in terms.items() if k.startswith("loss_")).backward()
-        opt.step()
-        steps.append({k: v.detach().clone() for k, v in terms.items()})
+    step = recording_step(opt, steps)
 
     if record is not None:
         forward = algo.loss.forward

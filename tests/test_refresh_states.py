@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_cfg
-from recurrent_helpers import masked_cartpole, recurrent_policy
+from recurrent_helpers import masked_cartpole, recording_step, recurrent_policy
 
 from rltool import keys as K
 from rltool.algos.ppo.algorithm import PPO
@@ -48,11 +48,7 @@ def _train(kind, refresh, epochs, updates=2, shared=False, record=None):
     collector, algo, opt = _setup(kind, refresh, epochs, shared)
     steps = []
 
-    def step(terms, apply=True):
-        opt.zero_grad()
-        sum(v for k, v in terms.items() if k.startswith("loss_")).backward()
-        opt.step()
-        steps.append({k: v.detach().clone() for k, v in terms.items()})
+    step = recording_step(opt, steps)
 
     if record is not None:
         forward = algo.loss.forward
